@@ -1,0 +1,17 @@
+"""Built-in collectors, one module per source, and their registry.
+
+Installed as :mod:`fabricwatch.collectors`. The daemon core never imports a
+collector module directly; it asks :func:`builtin_registry` for the factories.
+Adding a collector is adding a module that defines a ``FACTORY``
+(:class:`~fabricwatch.collector.CollectorFactory`) and naming it below.
+"""
+
+from __future__ import annotations
+
+from fabricwatch.collector import CollectorFactory, Registry
+
+
+def builtin_registry() -> Registry:
+    """A fresh name -> factory mapping of every built-in collector."""
+    factories: list[CollectorFactory[object]] = []  # type: ignore[type-var]
+    return {f.name: f for f in factories}

@@ -1,0 +1,60 @@
+"""The error hierarchy.
+
+Every error the daemon raises on purpose derives from :class:`FabricwatchError`;
+its message is written for the operator: what went wrong and what to do.
+"""
+
+from __future__ import annotations
+
+
+class FabricwatchError(Exception):
+    """Base class of every fabricwatch error."""
+
+
+class ConfigError(FabricwatchError):
+    """Invalid configuration: the message names the file, key path and expectation.
+
+    Attributes:
+        path: the config file the error is in, if any.
+        key: the dotted key path (``collectors.snmp.targets[0].port``).
+    """
+
+    def __init__(self, message: str, *, path: str | None = None, key: str | None = None) -> None:
+        where = ""
+        if path:
+            where = f"{path}: "
+        if key:
+            where += f"{key}: "
+        super().__init__(f"{where}{message}")
+        self.path = path
+        self.key = key
+        self.reason = message
+
+
+class CollectorError(FabricwatchError):
+    """A collector could not start or collect. Contained by the supervisor."""
+
+
+class ParseError(CollectorError):
+    """Input from a device, file or peer could not be parsed.
+
+    Attributes:
+        source: what was being parsed (a file path, a target name).
+        line: 1-based line number where known.
+    """
+
+    def __init__(self, message: str, *, source: str = "", line: int | None = None) -> None:
+        loc = source
+        if line is not None:
+            loc = f"{source}:{line}" if source else f"line {line}"
+        super().__init__(f"{loc}: {message}" if loc else message)
+        self.source = source
+        self.line = line
+
+
+class DeliveryError(FabricwatchError):
+    """An output (webhook, MQTT, Alertmanager) could not deliver a message."""
+
+
+class StoreError(FabricwatchError):
+    """The state database is unusable (corrupt, too new, unwritable)."""

@@ -1,0 +1,1 @@
+"""Outputs: metrics exposition, alert sinks, MQTT."""

@@ -1,0 +1,170 @@
+"""The snapshot store: latest value and a bounded history per series.
+
+Collectors' readings land here (counters through the one
+:class:`~fabricwatch.counters.CounterTracker`); ``/metrics``, MQTT and the
+engine only read. Memory is bounded by configuration: each series keeps at
+most ``history`` points, and series not refreshed for ``stale_after`` seconds
+are dropped (a NIC unplugged, a GPU lost).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from fabricwatch.counters import CounterTracker, Rate, TrackerSettings
+from fabricwatch.readings import HistogramValue, MetricKind, MetricSpec, Reading
+
+SeriesKey = tuple[str, tuple[str, ...]]
+
+
+@dataclass(frozen=True, slots=True)
+class Point:
+    """One point of a series' history: a gauge value or a counter's rate."""
+
+    ts: float
+    value: float
+
+
+@dataclass(slots=True)
+class Series:
+    """State of one series. Read-only outside the store.
+
+    Attributes:
+        value: latest gauge value, or a counter's unwrapped running total.
+        rate: a counter's latest rate (None for gauges or before two samples).
+        history: recent points; for counters, rates.
+        updated: monotonic time of the latest reading.
+    """
+
+    spec: MetricSpec
+    labels: tuple[str, ...]
+    collector: str
+    value: float
+    updated: float
+    history: deque[Point]
+    rate: Rate | None = None
+    histogram: HistogramValue | None = None
+
+    def label_map(self) -> dict[str, str]:
+        """Labels as a name -> value mapping (allocates; not for hot paths)."""
+        return dict(zip(self.spec.labels, self.labels, strict=True))
+
+
+@dataclass(slots=True)
+class IngestResult:
+    """What one :meth:`SnapshotStore.ingest` call did."""
+
+    accepted: int = 0
+    rejected: int = 0
+    reasons: dict[str, int] = field(default_factory=dict)
+
+    def reject(self, reason: str) -> None:
+        self.rejected += 1
+        self.reasons[reason] = self.reasons.get(reason, 0) + 1
+
+
+class SnapshotStore:
+    """Per-series latest values and bounded history.
+
+    Single-threaded by design: everything runs on the daemon's event loop.
+    """
+
+    def __init__(
+        self,
+        *,
+        history: int = 600,
+        stale_after: float = 300.0,
+        tracker: TrackerSettings | None = None,
+    ) -> None:
+        if history < 1:
+            msg = "history must be >= 1"
+            raise ValueError(msg)
+        self._history = history
+        self._stale_after = stale_after
+        self._tracker = CounterTracker(tracker)
+        self._specs: dict[str, MetricSpec] = {}
+        self._owner: dict[str, str] = {}
+        self._series: dict[SeriesKey, Series] = {}
+        self._by_name: dict[str, dict[tuple[str, ...], Series]] = {}
+
+    def register(self, collector: str, specs: Iterable[MetricSpec]) -> None:
+        """Declare the families a collector produces. Names are unique across collectors."""
+        for spec in specs:
+            owner = self._owner.get(spec.name)
+            if owner is not None and owner != collector:
+                msg = f"metric {spec.name} is declared by both {owner} and {collector}"
+                raise ValueError(msg)
+            self._owner[spec.name] = collector
+            self._specs[spec.name] = spec
+            self._by_name.setdefault(spec.name, {})
+
+    def specs(self) -> Mapping[str, MetricSpec]:
+        """Every registered family by name."""
+        return self._specs
+
+    def ingest(self, collector: str, readings: Iterable[Reading], now: float) -> IngestResult:
+        """Store one collection's readings, taken at monotonic time ``now``.
+
+        Readings of undeclared families, with the wrong number of labels, or
+        with a non-finite value are rejected and counted, never raised.
+        """
+        result = IngestResult()
+        for r in readings:
+            spec = self._specs.get(r.name)
+            if spec is None or self._owner[r.name] != collector:
+                result.reject("undeclared")
+                continue
+            if len(r.labels) != len(spec.labels):
+                result.reject("labels")
+                continue
+            if not math.isfinite(r.value):
+                result.reject("not_finite")
+                continue
+            ts = now if r.ts is None else r.ts
+            key = (r.name, r.labels)
+            s = self._series.get(key)
+            if s is None:
+                s = Series(spec, r.labels, collector, r.value, ts, deque(maxlen=self._history))
+                self._series[key] = s
+                self._by_name[r.name][r.labels] = s
+            s.updated = ts
+            if spec.kind is MetricKind.COUNTER:
+                rate = self._tracker.update(key, r.value, ts, bits=spec.bits, epoch=r.epoch)
+                total = self._tracker.total(key)
+                s.value = r.value if total is None else total
+                s.rate = rate
+                if rate is not None:
+                    s.history.append(Point(ts, rate.per_second))
+            else:
+                s.value = r.value
+                s.histogram = r.histogram
+                s.history.append(Point(ts, r.value))
+            result.accepted += 1
+        return result
+
+    def expire(self, now: float) -> int:
+        """Drop series not updated for ``stale_after`` seconds; return how many."""
+        cutoff = now - self._stale_after
+        old = [k for k, s in self._series.items() if s.updated < cutoff]
+        for key in old:
+            del self._series[key]
+            del self._by_name[key[0]][key[1]]
+            self._tracker.forget(key)
+        return len(old)
+
+    def get(self, name: str, labels: tuple[str, ...]) -> Series | None:
+        """One series, or None."""
+        return self._series.get((name, labels))
+
+    def family(self, name: str) -> Sequence[Series]:
+        """Every series of one family (empty if none or undeclared)."""
+        return tuple(self._by_name.get(name, {}).values())
+
+    def __iter__(self) -> Iterator[Series]:
+        return iter(tuple(self._series.values()))
+
+    def __len__(self) -> int:
+        return len(self._series)
