@@ -314,7 +314,5 @@ def option(
             meta[k] = True
     if isinstance(default, list | dict | set):
         template = default
-        return dataclasses.field(
-            default_factory=lambda: type(template)(template), metadata=meta
-        )
+        return dataclasses.field(default_factory=lambda: type(template)(template), metadata=meta)
     return dataclasses.field(default=default, metadata=meta)

@@ -1,0 +1,7 @@
+"""``python -m fabricwatch``."""
+
+import sys
+
+from fabricwatch.cli import main
+
+sys.exit(main())

@@ -1,0 +1,281 @@
+"""The node daemon: wires config, collectors, store, HTTP endpoint and systemd.
+
+Lifecycle: load config -> bind HTTP -> start collectors (per startup policy)
+-> wait for every collector's first attempt -> ``READY=1`` -> tick until
+SIGTERM/SIGINT -> ``STOPPING=1`` -> close everything within the shutdown
+timeout. SIGHUP validates the config file first and swaps only if it is valid.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+
+import structlog
+
+from fabricwatch.collector import Collector, CollectorEnv, Registry
+from fabricwatch.config import Config, DaemonSettings, load_config, split_listen
+from fabricwatch.counters import TrackerSettings
+from fabricwatch.errors import ConfigError, FabricwatchError
+from fabricwatch.logs import configure_logging
+from fabricwatch.outputs.exposition import ReloadStatus, build_registry
+from fabricwatch.outputs.web import WebServer
+from fabricwatch.sdnotify import Notifier
+from fabricwatch.store import SnapshotStore
+from fabricwatch.supervisor import StartupFailedError, Supervisor
+from fabricwatch.webconfig import WebConfig, load_web_config
+
+log = structlog.get_logger("fabricwatch.daemon")
+
+EXIT_OK = 0
+EXIT_CONFIG = 2
+EXIT_STARTUP = 3
+
+
+def resolve_state_dir(settings: DaemonSettings, explicit: bool) -> Path:
+    """The state directory to use, created if needed.
+
+    The built-in default (``/var/lib/fabricwatch``) falls back to
+    ``$XDG_STATE_HOME/fabricwatch`` when it cannot be created, so an
+    unprivileged ``fabricwatch run`` works; an explicitly configured directory
+    must be usable.
+    """
+    try:
+        settings.state_dir.mkdir(parents=True, exist_ok=True)
+        if os.access(settings.state_dir, os.W_OK):
+            return settings.state_dir
+        problem = "not writable"
+    except OSError as exc:
+        problem = exc.strerror or str(exc)
+    if explicit:
+        msg = f"{problem}; create it or set daemon.state_dir to a writable directory"
+        raise ConfigError(msg, key="daemon.state_dir")
+    xdg = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    fallback = Path(xdg) / "fabricwatch"
+    fallback.mkdir(parents=True, exist_ok=True)
+    log.warning(
+        "state_dir_fallback", wanted=str(settings.state_dir), reason=problem, using=str(fallback)
+    )
+    return fallback
+
+
+class Daemon:
+    """One node's fabricwatch pipeline."""
+
+    def __init__(
+        self,
+        config: Config,
+        registry: Registry,
+        *,
+        config_path: Path | None,
+        web_config_path: Path | None = None,
+        notifier: Notifier | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        self.config = config
+        self._registry = registry
+        self._config_path = config_path
+        self._web_config_override = web_config_path
+        self._notifier = notifier or Notifier()
+        self._monotonic = monotonic
+        self._wall = wall
+        self.reload_status = ReloadStatus(successful=True, success_timestamp=wall())
+        self.store = SnapshotStore(
+            history=config.store.history,
+            stale_after=config.store.stale_after,
+            tracker=TrackerSettings(gap_after=config.store.gap_after),
+        )
+        self.supervisor = Supervisor(self.store, monotonic=monotonic, wall=wall)
+        self._stop = asyncio.Event()
+        self._heartbeat = monotonic()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._web: WebServer | None = None
+        self.env: CollectorEnv | None = None
+
+    # -- construction -------------------------------------------------------
+
+    def _web_config(self, config: Config) -> WebConfig:
+        path = self._web_config_override or (
+            Path(config.web.config_file) if config.web.config_file else None
+        )
+        return load_web_config(path) if path is not None else WebConfig()
+
+    def _collectors(self, config: Config, env: CollectorEnv) -> Supervisor:
+        sup = Supervisor(self.store, monotonic=self._monotonic, wall=self._wall)
+        for name, settings in config.collectors.items():
+            if not settings.enabled:
+                continue
+            collector: Collector = self._registry[name].build(settings, env)
+            sup.add(collector, settings)
+        return sup
+
+    # -- lifecycle ----------------------------------------------------------
+
+    async def run(self) -> int:
+        """Run until SIGTERM/SIGINT (or :meth:`request_stop`); return the exit code."""
+        cfg = self.config
+        state_dir = resolve_state_dir(cfg.daemon, explicit=self._state_dir_explicit())
+        self.env = CollectorEnv(
+            node=cfg.daemon.node_name(),
+            proc_root=cfg.daemon.proc_root,
+            sys_root=cfg.daemon.sys_root,
+            state_dir=state_dir,
+            monotonic=self._monotonic,
+            wall=self._wall,
+        )
+        web_config = self._web_config(cfg)
+        self.supervisor = self._collectors(cfg, self.env)
+        registry = build_registry(self.store, lambda: self.supervisor.states, self.reload_status)
+        self._web = WebServer(registry, self._ready, web_config)
+        host, port = split_listen(cfg.web.listen)
+        try:
+            await self._web.start(host, port)
+        except OSError as exc:
+            log.error(
+                "listen_failed",
+                address=cfg.web.listen,
+                error=exc.strerror,
+                hint="another process uses the port; set web.listen",
+            )
+            return EXIT_STARTUP
+        log.info(
+            "listening",
+            url=f"{self._web.scheme}://{host}:{self._web.port}/metrics",
+            node=self.env.node,
+            state_dir=str(state_dir),
+        )
+        loop = asyncio.get_running_loop()
+        loop.add_signal_handler(signal.SIGTERM, self.request_stop)
+        loop.add_signal_handler(signal.SIGINT, self.request_stop)
+        loop.add_signal_handler(signal.SIGHUP, lambda: asyncio.ensure_future(self.reload()))
+        try:
+            try:
+                await self.supervisor.start()
+            except StartupFailedError as exc:
+                log.error("startup_failed", error=str(exc))
+                return EXIT_STARTUP
+            await self._wait_first_attempts()
+            self._tasks.append(asyncio.create_task(self._tick_loop(), name="tick"))
+            if self._notifier.watchdog_usec:
+                self._tasks.append(asyncio.create_task(self._watchdog_loop(), name="watchdog"))
+            self._notifier.ready()
+            self._notifier.status("running")
+            log.info("ready", collectors=[s.name for s in self.supervisor.states])
+            await self._stop.wait()
+        finally:
+            self._notifier.stopping()
+            await self._shutdown()
+            for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+                loop.remove_signal_handler(sig)
+        return EXIT_OK
+
+    def _state_dir_explicit(self) -> bool:
+        return self.config.daemon.state_dir != DaemonSettings().state_dir
+
+    def request_stop(self) -> None:
+        """Begin a graceful shutdown."""
+        log.info("stopping")
+        self._stop.set()
+
+    def _ready(self) -> bool:
+        return self.supervisor.ready()
+
+    async def _wait_first_attempts(self) -> None:
+        # READY=1 waits for each collector's first sample, bounded by its timeout.
+        limit = max((c.timeout for c in self.config.collectors.values() if c.enabled), default=0.0)
+        deadline = self._monotonic() + limit + 1.0
+        while not self.supervisor.ready() and self._monotonic() < deadline:
+            if self._stop.is_set():
+                return
+            await asyncio.sleep(0.02)
+
+    async def _shutdown(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks.clear()
+        timeout = self.config.daemon.shutdown_timeout
+        try:
+            await asyncio.wait_for(self.supervisor.stop(), timeout=timeout)
+        except TimeoutError:
+            log.error("shutdown_timeout", component="collectors", timeout=timeout)
+        if self._web is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._web.stop(), timeout=timeout)
+        self._notifier.close()
+
+    # -- periodic work --------------------------------------------------------
+
+    async def _tick_loop(self) -> None:
+        tick = self.config.daemon.tick
+        next_at = self._monotonic()
+        while True:
+            now = self._monotonic()
+            self.store.expire(now)
+            self._heartbeat = now
+            next_at += tick
+            await asyncio.sleep(max(0.0, next_at - self._monotonic()))
+
+    def pipeline_alive(self) -> bool:
+        """The tick loop ran recently and no collector loop has died."""
+        usec = self._notifier.watchdog_usec or 0
+        window = max(usec / 1e6, 2 * self.config.daemon.tick)
+        return self._monotonic() - self._heartbeat < window and self.supervisor.loops_alive()
+
+    async def _watchdog_loop(self) -> None:
+        usec = self._notifier.watchdog_usec or 0
+        period = usec / 2e6
+        while True:
+            if self.pipeline_alive():
+                self._notifier.watchdog()
+            else:
+                log.error("pipeline_stalled", hint="watchdog pings withheld; systemd will restart")
+            await asyncio.sleep(period)
+
+    # -- reload -----------------------------------------------------------------
+
+    async def reload(self) -> bool:
+        """SIGHUP: validate the file, then swap; a bad file keeps the old config."""
+        self._notifier.reloading()
+        log.info("reloading", config=str(self._config_path or "(defaults)"))
+        try:
+            new = load_config(self._config_path, self._registry)
+            web_config = self._web_config(new)
+        except FabricwatchError as exc:
+            self.reload_status.successful = False
+            log.error("reload_failed", error=str(exc), hint="the previous config stays in force")
+            self._notifier.ready()
+            return False
+        old = self.config
+        configure_logging(new.log.level, new.log.format)
+        if self._web is not None:
+            self._web.set_web_config(web_config)
+        for what in ("web.listen", "store", "daemon"):
+            section = what.split(".")[0]
+            if getattr(new, section) != getattr(old, section):
+                log.warning("reload_needs_restart", section=what)
+        if new.collectors != old.collectors and self.env is not None:
+            await self.supervisor.stop()
+            self.supervisor = self._collectors(new, self.env)
+            await self._start_after_reload()
+        self.config = replace(new, web=old.web, store=old.store, daemon=old.daemon)
+        self.reload_status.successful = True
+        self.reload_status.success_timestamp = self._wall()
+        log.info("reloaded")
+        self._notifier.ready()
+        return True
+
+    async def _start_after_reload(self) -> None:
+        try:
+            await self.supervisor.start()
+        except StartupFailedError as exc:
+            # At reload time refusing to run would take monitoring down: keep
+            # the other collectors and say loudly what failed.
+            log.error("startup_failed_on_reload", error=str(exc))

@@ -1,0 +1,240 @@
+"""Runs each enabled collector on its own interval, isolated from the others.
+
+Each collector gets one asyncio task. A collection that raises or outlives its
+timeout is counted as failed and the collector backs off exponentially (capped)
+until it succeeds again; no collector can delay another's ticks. ``start()``
+failures follow the collector's startup policy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import structlog
+
+from fabricwatch.collector import Collector, CollectorSettings, StartupPolicy
+from fabricwatch.errors import CollectorError
+from fabricwatch.readings import Reading
+from fabricwatch.store import SnapshotStore
+
+log = structlog.get_logger("fabricwatch.supervisor")
+
+MAX_BACKOFF = 300.0
+
+
+@dataclass(slots=True)
+class CollectorState:
+    """What the supervisor knows about one collector (exported as self metrics)."""
+
+    name: str
+    up: bool = False
+    started: bool = False
+    first_attempt_done: bool = False
+    last_duration: float = 0.0
+    last_success_wall: float = 0.0
+    last_attempt_mono: float = 0.0
+    consecutive_failures: int = 0
+    failures: dict[str, int] = field(default_factory=dict)
+    collections: int = 0
+    rejected_readings: int = 0
+    last_error: str = ""
+
+    def fail(self, reason: str, error: str) -> None:
+        self.up = False
+        self.consecutive_failures += 1
+        self.failures[reason] = self.failures.get(reason, 0) + 1
+        self.last_error = error
+
+
+def backoff_delay(interval: float, failures: int, cap: float = MAX_BACKOFF) -> float:
+    """Delay before the next attempt after ``failures`` consecutive failures.
+
+    The first failure retries at the normal interval; each further one doubles
+    it, up to ``max(cap, interval)``.
+    """
+    if failures <= 1:
+        return interval
+    return min(max(cap, interval), interval * math.pow(2, min(failures - 1, 30)))
+
+
+class StartupFailedError(CollectorError):
+    """A collector with ``startup = "error"`` could not start."""
+
+
+class Supervisor:
+    """Owns the collector tasks. Use :meth:`start` then :meth:`stop`."""
+
+    def __init__(
+        self,
+        store: SnapshotStore,
+        *,
+        monotonic: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+        on_collect: Callable[[str], None] | None = None,
+    ) -> None:
+        self._store = store
+        self._monotonic = monotonic
+        self._wall = wall
+        self._on_collect = on_collect
+        self._entries: list[tuple[Collector, CollectorSettings]] = []
+        self._states: dict[str, CollectorState] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def add(self, collector: Collector, settings: CollectorSettings) -> None:
+        """Register a collector before :meth:`start`."""
+        self._entries.append((collector, settings))
+        self._states[collector.name] = CollectorState(collector.name)
+        self._store.register(collector.name, collector.metrics())
+
+    @property
+    def states(self) -> Sequence[CollectorState]:
+        """Per-collector state, in registration order."""
+        return tuple(self._states.values())
+
+    def loops_alive(self) -> bool:
+        """False if any collector loop ended (it only ends by a bug or cancellation)."""
+        return not any(t.done() for t in self._tasks)
+
+    def ready(self) -> bool:
+        """True once every collector has completed its first attempt."""
+        return all(s.first_attempt_done for s in self._states.values())
+
+    async def start(self) -> None:
+        """Start every collector per its startup policy, then its collection loop.
+
+        Raises:
+            StartupFailedError: a collector with policy ``error`` failed to start.
+        """
+        to_run: list[tuple[Collector, CollectorSettings, bool]] = []
+        for collector, settings in self._entries:
+            started = await self._try_start(collector, settings)
+            if not started and settings.startup is StartupPolicy.ERROR:
+                await self._close_all()
+                state = self._states[collector.name]
+                msg = (
+                    f"collector {collector.name} failed to start: {state.last_error}; "
+                    f"fix it, disable it, or set collectors.{collector.name}.startup = "
+                    '"retry" or "ignore"'
+                )
+                raise StartupFailedError(msg)
+            if not started and settings.startup is StartupPolicy.IGNORE:
+                self._states[collector.name].first_attempt_done = True
+                continue
+            to_run.append((collector, settings, started))
+        for collector, settings, started in to_run:
+            task = asyncio.create_task(
+                self._run(collector, settings, started), name=f"collector:{collector.name}"
+            )
+            self._tasks.append(task)
+
+    async def stop(self) -> None:
+        """Cancel the loops and close every collector."""
+        for t in self._tasks:
+            t.cancel()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks.clear()
+        await self._close_all()
+
+    async def _close_all(self) -> None:
+        for collector, settings in self._entries:
+            try:
+                await asyncio.wait_for(collector.close(), timeout=max(1.0, settings.timeout))
+            except Exception as exc:  # noqa: BLE001 - close must never stop shutdown
+                log.warning("collector_close_failed", collector=collector.name, error=str(exc))
+
+    async def _try_start(self, collector: Collector, settings: CollectorSettings) -> bool:
+        state = self._states[collector.name]
+        try:
+            await asyncio.wait_for(collector.start(), timeout=settings.timeout)
+        except TimeoutError:
+            state.fail("start_timeout", f"start() took longer than {settings.timeout}s")
+        except Exception as exc:  # noqa: BLE001 - isolation is the point
+            state.fail("start", str(exc) or type(exc).__name__)
+        else:
+            state.started = True
+            state.consecutive_failures = 0
+            return True
+        if state.consecutive_failures == 1:
+            log.warning(
+                "collector_start_failed",
+                collector=collector.name,
+                error=state.last_error,
+                policy=settings.startup.value,
+            )
+        return False
+
+    async def _run(self, collector: Collector, settings: CollectorSettings, started: bool) -> None:
+        state = self._states[collector.name]
+        structlog.contextvars.bind_contextvars(collector=collector.name)
+        next_at = self._monotonic()
+        while True:
+            if not started:
+                state.first_attempt_done = True
+                await asyncio.sleep(backoff_delay(settings.interval, state.consecutive_failures))
+                started = await self._try_start(collector, settings)
+                if not started:
+                    continue
+                next_at = self._monotonic()
+            delay = next_at - self._monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            await self._collect_once(collector, settings, state)
+            # Schedule from the planned time, not from "now", so a slow cycle
+            # does not drift the grid; skip missed slots instead of bursting.
+            step = backoff_delay(settings.interval, state.consecutive_failures)
+            next_at += step
+            now = self._monotonic()
+            if next_at < now:
+                next_at = now + (step - (now - next_at) % step if step > 0 else 0)
+
+    async def _collect_once(
+        self, collector: Collector, settings: CollectorSettings, state: CollectorState
+    ) -> None:
+        t0 = self._monotonic()
+        state.last_attempt_mono = t0
+        readings: Sequence[Reading]
+        try:
+            readings = await asyncio.wait_for(collector.collect(), timeout=settings.timeout)
+        except TimeoutError:
+            state.fail("timeout", f"collection took longer than {settings.timeout}s")
+            self._log_failure(state)
+        except Exception as exc:  # noqa: BLE001 - one collector must not stop another
+            state.fail("error", str(exc) or type(exc).__name__)
+            self._log_failure(state)
+        else:
+            now = self._monotonic()
+            result = self._store.ingest(collector.name, readings, now)
+            state.rejected_readings += result.rejected
+            if state.consecutive_failures:
+                log.info(
+                    "collector_recovered",
+                    collector=collector.name,
+                    after_failures=state.consecutive_failures,
+                )
+            state.up = True
+            state.consecutive_failures = 0
+            state.collections += 1
+            state.last_success_wall = self._wall()
+            if self._on_collect is not None:
+                self._on_collect(collector.name)
+        finally:
+            state.last_duration = self._monotonic() - t0
+            state.first_attempt_done = True
+
+    @staticmethod
+    def _log_failure(state: CollectorState) -> None:
+        # Log the first failure and then only at powers of two, so a source
+        # that stays down does not flood the journal.
+        n = state.consecutive_failures
+        if n & (n - 1) == 0:
+            log.warning(
+                "collector_failed",
+                collector=state.name,
+                error=state.last_error,
+                consecutive_failures=n,
+            )
