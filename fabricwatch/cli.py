@@ -45,12 +45,6 @@ class _External:
 _EXTERNAL: tuple[_External, ...] = ()
 
 
-def _registry() -> dict[str, object]:
-    from fabricwatch.collectors import builtin_registry
-
-    return cast(dict[str, object], builtin_registry())
-
-
 def _load(args: argparse.Namespace, path: Path | None = None) -> Config:
     from fabricwatch.collectors import builtin_registry
 
@@ -89,6 +83,15 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     else:
         print(f"# valid: {where}")
         print(dumps_toml(table), end="")
+    return 0
+
+
+def cmd_sample_config(_args: argparse.Namespace) -> int:
+    """Print the fully commented sample config (all defaults)."""
+    from fabricwatch.collectors import builtin_registry
+    from fabricwatch.sample import render_sample
+
+    print(render_sample(builtin_registry()), end="")
     return 0
 
 
@@ -155,6 +158,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--json", action="store_true", help="print JSON instead of TOML")
     p.set_defaults(func=cmd_check_config)
+
+    p = sub.add_parser(
+        "sample-config",
+        help="print a fully commented config with every default",
+        description="The output is deploy/fabricwatch.toml: every key, its help and its default.",
+    )
+    p.set_defaults(func=cmd_sample_config)
 
     p = sub.add_parser("version", help="print the version")
     p.set_defaults(func=cmd_version)

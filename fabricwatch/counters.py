@@ -112,7 +112,7 @@ class CounterTracker:
             return None
         delta = value - st.value
         if delta < 0:
-            modulus = float(2**bits)
+            modulus = 1 << bits  # int: exact for 64-bit values beyond 2**53
             wrapped = value + modulus - st.value
             # A wrap leaves the old value in the top half of the range and the
             # new one low; anything else going backwards is a reset.

@@ -24,5 +24,7 @@ def free_port(host: str = "127.0.0.1", kind: int = socket.SOCK_STREAM) -> int:
 def shared_data() -> Path:
     """``../shared/data``: real captures with provenance (read-only; never copied)."""
     if not SHARED_DATA.is_dir():
-        pytest.fail(f"{SHARED_DATA} is missing: the suite needs the shared captures beside the repo")
+        pytest.fail(
+            f"{SHARED_DATA} is missing: the suite needs the shared captures beside the repo"
+        )
     return SHARED_DATA

@@ -1,0 +1,183 @@
+"""CounterTracker: wraps, resets, gaps, slow refresh, garbage."""
+
+from __future__ import annotations
+
+import math
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fabricwatch.counters import CounterTracker, TrackerSettings
+
+K = ("x", ())
+
+
+def test_first_sample_has_no_rate() -> None:
+    t = CounterTracker()
+    assert t.update(K, 100, 0.0) is None
+    r = t.update(K, 200, 1.0)
+    assert r is not None
+    assert r.per_second == 100.0
+    assert r.interval == 1.0
+
+
+def test_wrap_at_2_32_gives_true_delta() -> None:
+    t = CounterTracker()
+    t.update(K, 2**32 - 100, 0.0, bits=32)
+    r = t.update(K, 50, 1.0, bits=32)
+    assert r is not None
+    assert r.per_second == 150.0
+    assert t.total(K) == 2**32 - 100 + 150
+
+
+def test_wrap_at_2_64_gives_true_delta() -> None:
+    t = CounterTracker()
+    t.update(K, 2**64 - 10, 0.0, bits=64)
+    r = t.update(K, 5, 0.5, bits=64)
+    assert r is not None
+    assert r.per_second == 30.0
+
+
+def test_small_backwards_step_is_a_reset_not_a_wrap() -> None:
+    t = CounterTracker()
+    t.update(K, 1_000_000, 0.0, bits=32)
+    assert t.update(K, 10, 1.0, bits=32) is None  # device rebooted: no spike
+    r = t.update(K, 20, 2.0, bits=32)
+    assert r is not None
+    assert r.per_second == 10.0
+
+
+def test_epoch_change_is_a_reset_even_if_value_grew() -> None:
+    t = CounterTracker()
+    t.update(K, 100, 0.0, epoch=1)
+    assert t.update(K, 5_000_000, 1.0, epoch=2) is None
+    r = t.update(K, 5_000_100, 2.0, epoch=2)
+    assert r is not None
+    assert r.per_second == 100.0
+
+
+def test_gap_spreads_delta_over_the_gap() -> None:
+    t = CounterTracker(TrackerSettings(gap_after=10.0))
+    t.update(K, 0, 0.0)
+    t.update(K, 100, 1.0)
+    r = t.update(K, 100 + 250 * 100, 251.0)  # 250 s collector gap at 100/s
+    assert r is not None
+    assert r.gap
+    assert math.isclose(r.per_second, 100.0)
+    assert r.interval == 250.0
+
+
+def test_zero_then_double_refresh_pattern_is_not_a_stall() -> None:
+    # Counter refreshes every 1 s, polled every 0.5 s: value, same, value+2x ...
+    t = CounterTracker()
+    rates = []
+    value = 0
+    for i in range(20):
+        if i % 2 == 0:
+            value += 1000
+        r = t.update(K, value, i * 0.5)
+        if r is not None:
+            rates.append(r)
+    steady = rates[2:]
+    assert all(r.per_second == 1000.0 for r in steady), [r.per_second for r in steady]
+    assert any(r.held for r in steady)
+
+
+def test_real_stall_reads_zero_after_hold_window() -> None:
+    t = CounterTracker(TrackerSettings(hold_factor=2.0, max_hold=5.0))
+    for i in range(5):
+        t.update(K, i * 100, float(i))
+    last = None
+    for i in range(5, 12):
+        last = t.update(K, 400, float(i))
+    assert last is not None
+    assert last.per_second == 0.0
+    assert not last.held
+
+
+def test_garbage_values_are_ignored() -> None:
+    t = CounterTracker()
+    t.update(K, 10, 0.0)
+    assert t.update(K, math.nan, 1.0) is None
+    assert t.update(K, math.inf, 1.5) is None
+    assert t.update(K, -5, 1.7) is None
+    r = t.update(K, 30, 2.0)
+    assert r is not None
+    assert r.per_second == 10.0
+
+
+def test_non_advancing_clock_is_ignored() -> None:
+    t = CounterTracker()
+    t.update(K, 10, 5.0)
+    assert t.update(K, 20, 5.0) is None
+    assert t.update(K, 20, 4.0) is None
+    r = t.update(K, 30, 6.0)
+    assert r is not None
+    assert r.per_second == 20.0
+
+
+def test_prune_and_forget_bound_memory() -> None:
+    t = CounterTracker()
+    for i in range(100):
+        t.update(("s", (str(i),)), 1, float(i))
+    assert t.prune(older_than=50.0) == 50
+    assert len(t) == 50
+    t.forget(("s", ("99",)))
+    assert len(t) == 49
+
+
+counter_steps = st.lists(
+    st.tuples(
+        st.floats(min_value=1e-3, max_value=1e4),  # dt
+        st.one_of(
+            st.integers(min_value=0, max_value=2**40),  # increment
+            st.just(-1),  # reset marker
+            st.just(0),
+        ),
+    ),
+    min_size=1,
+    max_size=60,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    start=st.integers(min_value=0, max_value=2**64 - 1),
+    steps=counter_steps,
+    bits=st.sampled_from([32, 64]),
+)
+def test_random_sequences_never_yield_negative_or_infinite_rates(
+    start: int, steps: list[tuple[float, int]], bits: int
+) -> None:
+    modulus = 2**bits
+    t = CounterTracker()
+    value = start % modulus
+    ts = 0.0
+    t.update(K, value, ts, bits=bits)
+    for dt, inc in steps:
+        ts += dt
+        value = 0 if inc < 0 else (value + inc) % modulus
+        r = t.update(K, value, ts, bits=bits)
+        if r is not None:
+            assert math.isfinite(r.per_second)
+            assert r.per_second >= 0
+            assert r.interval > 0
+    total = t.total(K)
+    assert total is not None
+    assert math.isfinite(total)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    start=st.integers(min_value=0, max_value=2**32 - 1),
+    incs=st.lists(st.integers(min_value=1, max_value=2**31 - 1), min_size=1, max_size=40),
+)
+def test_wrapping_32bit_counter_rates_equal_true_increments(start: int, incs: list[int]) -> None:
+    t = CounterTracker()
+    t.update(K, start, 0.0, bits=32)
+    value = start
+    for i, inc in enumerate(incs, start=1):
+        value = (value + inc) % 2**32
+        r = t.update(K, value, float(i), bits=32)
+        assert r is not None
+        assert r.per_second == inc

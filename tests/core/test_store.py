@@ -1,0 +1,84 @@
+"""SnapshotStore: rates via the tracker, bounded history, staleness, bad readings."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from fabricwatch.readings import MetricKind, MetricSpec, Reading
+from fabricwatch.store import SnapshotStore
+
+G = MetricSpec("fabricwatch_test_temp_celsius", MetricKind.GAUGE, "t", ("dev",))
+C = MetricSpec("fabricwatch_test_frames", MetricKind.COUNTER, "f", ("port",), bits=32)
+
+
+def _store(**kw: float) -> SnapshotStore:
+    s = SnapshotStore(history=int(kw.get("history", 5)), stale_after=kw.get("stale", 30.0))
+    s.register("c1", [G, C])
+    return s
+
+
+def test_counters_become_rates_and_unwrapped_totals() -> None:
+    s = _store()
+    s.ingest("c1", [Reading(C.name, ("p1",), 2**32 - 10)], 0.0)
+    s.ingest("c1", [Reading(C.name, ("p1",), 20)], 1.0)
+    series = s.get(C.name, ("p1",))
+    assert series is not None
+    assert series.rate is not None
+    assert series.rate.per_second == 30.0
+    assert series.value == 2**32 - 10 + 30
+    assert [p.value for p in series.history] == [30.0]
+
+
+def test_history_is_bounded_by_configuration() -> None:
+    s = _store(history=5)
+    for i in range(100):
+        s.ingest("c1", [Reading(G.name, ("d",), float(i))], float(i))
+    series = s.get(G.name, ("d",))
+    assert series is not None
+    assert len(series.history) == 5
+    assert series.history[-1].value == 99.0
+
+
+def test_memory_does_not_grow_with_uptime_or_device_churn() -> None:
+    s = _store(stale=10.0)
+    for i in range(1000):
+        # A new device label every second, as with hot-plug churn.
+        s.ingest("c1", [Reading(G.name, (f"d{i}",), 1.0)], float(i))
+        s.expire(float(i))
+    assert len(s) <= 11
+
+
+def test_bad_readings_are_rejected_and_counted_not_raised() -> None:
+    s = _store()
+    res = s.ingest(
+        "c1",
+        [
+            Reading("fabricwatch_unknown", (), 1.0),
+            Reading(G.name, ("a", "b"), 1.0),
+            Reading(G.name, ("a",), math.nan),
+            Reading(G.name, ("a",), 2.0),
+        ],
+        0.0,
+    )
+    assert res.accepted == 1
+    assert res.reasons == {"undeclared": 1, "labels": 1, "not_finite": 1}
+
+
+def test_a_collector_cannot_write_another_collectors_family() -> None:
+    s = _store()
+    res = s.ingest("c2", [Reading(G.name, ("a",), 1.0)], 0.0)
+    assert res.reasons == {"undeclared": 1}
+    with pytest.raises(ValueError, match="declared by both"):
+        s.register("c2", [G])
+
+
+def test_family_lookup() -> None:
+    s = _store()
+    s.ingest("c1", [Reading(G.name, ("a",), 1.0), Reading(G.name, ("b",), 2.0)], 0.0)
+    assert sorted(x.labels for x in s.family(G.name)) == [("a",), ("b",)]
+    assert s.family("fabricwatch_nothing") == ()
+    series = s.get(G.name, ("a",))
+    assert series is not None
+    assert series.label_map() == {"dev": "a"}

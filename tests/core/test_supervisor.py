@@ -1,0 +1,152 @@
+"""Supervisor: isolation, timeouts, backoff, startup policies."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import pytest
+
+from fabricwatch.collector import Collector, CollectorSettings, StartupPolicy
+from fabricwatch.readings import MetricKind, MetricSpec, Reading
+from fabricwatch.store import SnapshotStore
+from fabricwatch.supervisor import StartupFailedError, Supervisor, backoff_delay
+
+
+@dataclass
+class FakeCollector:
+    """A scriptable collector: behaviour per call from a list, then the last one forever."""
+
+    name: str
+    behaviour: list[str] = field(default_factory=lambda: ["ok"])
+    start_behaviour: list[str] = field(default_factory=lambda: ["ok"])
+    calls: list[float] = field(default_factory=list)
+    starts: int = 0
+    closed: bool = False
+
+    def metrics(self) -> Sequence[MetricSpec]:
+        return [MetricSpec(f"fabricwatch_fake_{self.name}", MetricKind.GAUGE, "x")]
+
+    async def start(self) -> None:
+        b = self.start_behaviour[min(self.starts, len(self.start_behaviour) - 1)]
+        self.starts += 1
+        if b == "raise":
+            raise RuntimeError("device missing")
+
+    async def collect(self) -> Sequence[Reading]:
+        b = self.behaviour[min(len(self.calls), len(self.behaviour) - 1)]
+        self.calls.append(time.monotonic())
+        if b == "raise":
+            raise RuntimeError("boom")
+        if b == "hang":
+            await asyncio.sleep(3600)
+        return [Reading(f"fabricwatch_fake_{self.name}", (), float(len(self.calls)))]
+
+    async def close(self) -> None:
+        self.closed = True
+
+
+def _settings(
+    interval: float, timeout: float = 1.0, startup: StartupPolicy = StartupPolicy.RETRY
+) -> CollectorSettings:
+    return CollectorSettings(interval=interval, timeout=timeout, startup=startup)
+
+
+def test_fake_is_a_collector() -> None:
+    assert isinstance(FakeCollector("x"), Collector)
+
+
+def test_backoff_grows_then_caps() -> None:
+    assert backoff_delay(1.0, 0) == 1.0
+    assert backoff_delay(1.0, 1) == 1.0
+    assert backoff_delay(1.0, 2) == 2.0
+    assert backoff_delay(1.0, 4) == 8.0
+    assert backoff_delay(1.0, 50, cap=60.0) == 60.0
+    assert backoff_delay(600.0, 5, cap=60.0) == 600.0  # never faster than the interval
+
+
+async def test_raising_and_hanging_collectors_do_not_delay_a_healthy_one() -> None:
+    store = SnapshotStore()
+    sup = Supervisor(store)
+    healthy = FakeCollector("healthy")
+    raising = FakeCollector("raising", behaviour=["raise"])
+    hanging = FakeCollector("hanging", behaviour=["hang"])
+    sup.add(healthy, _settings(0.05))
+    sup.add(raising, _settings(0.05))
+    sup.add(hanging, _settings(0.05, timeout=0.5))
+    await sup.start()
+    await asyncio.sleep(1.0)
+    states = {s.name: s for s in sup.states}
+    await sup.stop()
+    # Serialised behind a 0.5 s hang the healthy one would manage ~2 cycles.
+    assert len(healthy.calls) >= 10
+    assert states["healthy"].up
+    assert not states["raising"].up
+    assert states["raising"].failures["error"] >= 2
+    assert not states["hanging"].up
+    assert states["hanging"].failures["timeout"] >= 1
+    assert all(c.closed for c in (healthy, raising, hanging))
+    series = store.get("fabricwatch_fake_healthy", ())
+    assert series is not None
+    assert series.value >= 10
+
+
+async def test_backoff_spacing_grows_and_resets_after_success() -> None:
+    interval = 0.02
+    c = FakeCollector("flaky", behaviour=["raise"] * 5 + ["ok"] * 50)
+    sup = Supervisor(SnapshotStore())
+    sup.add(c, _settings(interval))
+    await sup.start()
+    for _ in range(200):
+        if len(c.calls) >= 9:
+            break
+        await asyncio.sleep(0.02)
+    await sup.stop()
+    gaps = [b - a for a, b in zip(c.calls, c.calls[1:], strict=False)]
+    # After failure n the next attempt waits backoff_delay(interval, n).
+    for n in range(1, 5):
+        assert gaps[n - 1] >= 0.9 * backoff_delay(interval, n), gaps
+    assert gaps[4] >= 0.9 * backoff_delay(interval, 5)
+    # After the first success the collector is back on its normal interval.
+    assert max(gaps[6:8]) < backoff_delay(interval, 5)
+    state = sup.states[0]
+    assert state.up
+    assert state.consecutive_failures == 0
+
+
+async def test_startup_error_policy_refuses_to_run() -> None:
+    c = FakeCollector("nic", start_behaviour=["raise"])
+    sup = Supervisor(SnapshotStore())
+    sup.add(c, _settings(0.05, startup=StartupPolicy.ERROR))
+    with pytest.raises(StartupFailedError, match=r"collectors\.nic\.startup"):
+        await sup.start()
+    assert c.closed
+
+
+async def test_startup_ignore_policy_leaves_it_down_and_ready() -> None:
+    c = FakeCollector("nic", start_behaviour=["raise"])
+    sup = Supervisor(SnapshotStore())
+    sup.add(c, _settings(0.05, startup=StartupPolicy.IGNORE))
+    await sup.start()
+    await asyncio.sleep(0.2)
+    await sup.stop()
+    assert sup.ready()
+    assert c.calls == []
+    assert c.starts == 1
+
+
+async def test_startup_retry_policy_starts_later() -> None:
+    c = FakeCollector("nic", start_behaviour=["raise", "raise", "ok"])
+    sup = Supervisor(SnapshotStore())
+    sup.add(c, _settings(0.02, startup=StartupPolicy.RETRY))
+    await sup.start()
+    for _ in range(100):
+        if c.calls:
+            break
+        await asyncio.sleep(0.02)
+    await sup.stop()
+    assert c.starts == 3
+    assert c.calls
+    assert sup.states[0].failures["start"] == 2
