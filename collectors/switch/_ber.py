@@ -1,0 +1,301 @@
+"""A small, strict BER codec for SNMPv2c messages (RFC 3416 PDUs).
+
+pyasn1 (what pysnmp decodes with) spends ~0.15 ms per varbind on the 2-core
+reference box, which alone would blow the node-mode budget (``DESIGN.md``:
+a poll of 4 uplinks under 5 ms CPU). SNMPv2c messages use a handful of
+universal and application types, so a direct decoder of exactly those is both
+small and fast. Anything else is rejected with :class:`ParseError`, never
+guessed at: a malformed or truncated datagram must not crash the daemon.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+
+from fabricwatch.errors import ParseError
+
+Oid = tuple[int, ...]
+
+
+class Special(enum.Enum):
+    """The three SNMPv2 exception values that take a varbind's value position."""
+
+    NO_SUCH_OBJECT = 0x80
+    NO_SUCH_INSTANCE = 0x81
+    END_OF_MIB_VIEW = 0x82
+
+
+Value = int | bytes | Oid | Special | None
+"""A decoded value: numbers (Integer, Counter32/64, Gauge32, TimeTicks) as int,
+OCTET STRING / IpAddress / Opaque as bytes, OIDs as tuples, NULL as None."""
+
+VarBind = tuple[Oid, Value]
+
+GET = 0xA0
+GETNEXT = 0xA1
+RESPONSE = 0xA2
+GETBULK = 0xA5
+
+_INTEGER = 0x02
+_OCTETS = 0x04
+_NULL = 0x05
+_OID = 0x06
+_SEQUENCE = 0x30
+_NUMERIC_APP = frozenset((0x41, 0x42, 0x43, 0x46))  # Counter32, Gauge32, TimeTicks, Counter64
+_BYTES_APP = frozenset((0x40, 0x44))  # IpAddress, Opaque
+_SPECIALS = {s.value: s for s in Special}
+
+
+def _length(n: int) -> bytes:
+    if n < 0x80:
+        return bytes((n,))
+    body = n.to_bytes((n.bit_length() + 7) // 8, "big")
+    return bytes((0x80 | len(body),)) + body
+
+
+def _tlv(tag: int, body: bytes) -> bytes:
+    return bytes((tag,)) + _length(len(body)) + body
+
+
+def _enc_int(value: int) -> bytes:
+    return _tlv(_INTEGER, value.to_bytes(max(1, (value.bit_length() + 8) // 8), "big", signed=True))
+
+
+def encode_oid(oid: Oid) -> bytes:
+    """BER encoding (tag, length, body) of an OBJECT IDENTIFIER."""
+    if len(oid) < 2 or oid[0] > 2 or (oid[0] < 2 and oid[1] >= 40):
+        msg = f"not an encodable OID: {oid!r}"
+        raise ValueError(msg)
+    out = bytearray()
+    for arc in (oid[0] * 40 + oid[1], *oid[2:]):
+        if arc < 0:
+            msg = f"negative sub-identifier in {oid!r}"
+            raise ValueError(msg)
+        chunk = [arc & 0x7F]
+        rest = arc >> 7
+        while rest:
+            chunk.append(0x80 | (rest & 0x7F))
+            rest >>= 7
+        out.extend(reversed(chunk))
+    return _tlv(_OID, bytes(out))
+
+
+def encode_varbind_list(oids: Sequence[Oid]) -> bytes:
+    """The VarBindList of a request (each value NULL), encoded once and reused."""
+    return _tlv(_SEQUENCE, b"".join(_tlv(_SEQUENCE, encode_oid(o) + b"\x05\x00") for o in oids))
+
+
+def encode_request(  # noqa: PLR0917 - mirrors the PDU fields
+    community: bytes, pdu_type: int, request_id: int, a: int, b: int, varbind_list: bytes
+) -> bytes:
+    """A complete SNMPv2c message.
+
+    ``a``/``b`` are error-status/error-index for GET and GETNEXT, and
+    non-repeaters/max-repetitions for GETBULK.
+    """
+    pdu = _tlv(pdu_type, _enc_int(request_id) + _enc_int(a) + _enc_int(b) + varbind_list)
+    return _tlv(_SEQUENCE, _enc_int(1) + _tlv(_OCTETS, community) + pdu)
+
+
+def _header(data: bytes, pos: int, end: int) -> tuple[int, int, int]:
+    """Return (tag, body start, body end) of the TLV at ``pos``, checked against ``end``."""
+    if pos + 2 > end:
+        raise ParseError("truncated: TLV header past the end")
+    tag = data[pos]
+    n = data[pos + 1]
+    pos += 2
+    if n & 0x80:
+        k = n & 0x7F
+        if k == 0 or k > 4:
+            raise ParseError(f"unsupported BER length form 0x{n:02x}")
+        if pos + k > end:
+            raise ParseError("truncated: length octets past the end")
+        n = int.from_bytes(data[pos : pos + k], "big")
+        pos += k
+    if pos + n > end:
+        raise ParseError(f"truncated: element of {n} bytes overruns its container")
+    return tag, pos, pos + n
+
+
+def _dec_int(data: bytes, start: int, end: int) -> int:
+    if start == end:
+        raise ParseError("empty INTEGER")
+    return int.from_bytes(data[start:end], "big", signed=True)
+
+
+def decode_oid(body: bytes) -> Oid:
+    """Decode an OID body (without tag and length)."""
+    if not body:
+        raise ParseError("empty OBJECT IDENTIFIER")
+    subs: list[int] = []
+    acc = 0
+    for byte in body:
+        acc = (acc << 7) | (byte & 0x7F)
+        if not byte & 0x80:
+            subs.append(acc)
+            acc = 0
+    if body[-1] & 0x80:
+        raise ParseError("truncated OBJECT IDENTIFIER")
+    first = subs[0]
+    head = (0, first) if first < 40 else (1, first - 40) if first < 80 else (2, first - 80)
+    return (*head, *subs[1:])
+
+
+def _dec_value(data: bytes, tag: int, start: int, end: int) -> Value:
+    if tag in _NUMERIC_APP:
+        if start == end:
+            raise ParseError(f"empty numeric value (tag 0x{tag:02x})")
+        return int.from_bytes(data[start:end], "big")
+    if tag == _INTEGER:
+        return _dec_int(data, start, end)
+    if tag == _OCTETS or tag in _BYTES_APP:
+        return data[start:end]
+    if tag == _OID:
+        return decode_oid(data[start:end])
+    if tag == _NULL:
+        return None
+    special = _SPECIALS.get(tag)
+    if special is not None:
+        return special
+    raise ParseError(f"unsupported value type tag 0x{tag:02x}")
+
+
+class Response:
+    """A decoded Response-PDU."""
+
+    __slots__ = ("error_index", "error_status", "request_id", "varbinds")
+
+    def __init__(
+        self, request_id: int, error_status: int, error_index: int, varbinds: list[VarBind]
+    ) -> None:
+        self.request_id = request_id
+        self.error_status = error_status
+        self.error_index = error_index
+        self.varbinds = varbinds
+
+
+def decode_response(data: bytes) -> Response:
+    """Decode an SNMPv2c Response message; raise :class:`ParseError` on anything else."""
+    end = len(data)
+    tag, pos, msg_end = _header(data, 0, end)
+    if tag != _SEQUENCE:
+        raise ParseError(f"not an SNMP message (outer tag 0x{tag:02x})")
+    if msg_end != end:
+        raise ParseError(f"{end - msg_end} trailing bytes after the message")
+    tag, s, e = _header(data, pos, msg_end)
+    if tag != _INTEGER:
+        raise ParseError("missing version")
+    version = _dec_int(data, s, e)
+    if version != 1:
+        raise ParseError(f"not SNMPv2c (version field {version})")
+    tag, s, pos = _header(data, e, msg_end)
+    if tag != _OCTETS:
+        raise ParseError("missing community")
+    tag, pos, pdu_end = _header(data, pos, msg_end)
+    if tag != RESPONSE:
+        raise ParseError(f"not a Response-PDU (tag 0x{tag:02x})")
+    fields: list[int] = []
+    for _ in range(3):
+        tag, s, pos = _header(data, pos, pdu_end)
+        if tag != _INTEGER:
+            raise ParseError("malformed PDU header")
+        fields.append(_dec_int(data, s, pos))
+    tag, pos, vbl_end = _header(data, pos, pdu_end)
+    if tag != _SEQUENCE:
+        raise ParseError("missing VarBindList")
+    varbinds: list[VarBind] = []
+    while pos < vbl_end:
+        tag, s, vb_end = _header(data, pos, vbl_end)
+        if tag != _SEQUENCE:
+            raise ParseError("malformed VarBind")
+        tag, os_, oe = _header(data, s, vb_end)
+        if tag != _OID:
+            raise ParseError("VarBind without an OID")
+        oid = decode_oid(data[os_:oe])
+        tag, vs, ve = _header(data, oe, vb_end)
+        varbinds.append((oid, _dec_value(data, tag, vs, ve)))
+        pos = vb_end
+    return Response(fields[0], fields[1], fields[2], varbinds)
+
+
+def encode_response(
+    community: bytes,
+    request_id: int,
+    varbinds: Sequence[tuple[Oid, int, bytes]],
+    *,
+    error_status: int = 0,
+    error_index: int = 0,
+) -> bytes:
+    """A Response message; each varbind is (oid, value tag, encoded value body).
+
+    Used by the simulated agent; kept here so encoder and decoder share one
+    definition of the wire format.
+    """
+    vbl = b"".join(_tlv(_SEQUENCE, encode_oid(o) + _tlv(t, body)) for o, t, body in varbinds)
+    head = _enc_int(request_id) + _enc_int(error_status) + _enc_int(error_index)
+    pdu = _tlv(RESPONSE, head + _tlv(_SEQUENCE, vbl))
+    return _tlv(_SEQUENCE, _enc_int(1) + _tlv(_OCTETS, community) + pdu)
+
+
+def decode_request(data: bytes) -> tuple[bytes, int, int, int, int, list[Oid]]:
+    """Decode a v2c request: (community, pdu type, request id, a, b, oids)."""
+    end = len(data)
+    tag, pos, msg_end = _header(data, 0, end)
+    if tag != _SEQUENCE:
+        raise ParseError("not an SNMP message")
+    tag, s, e = _header(data, pos, msg_end)
+    if tag != _INTEGER or _dec_int(data, s, e) != 1:
+        raise ParseError("not SNMPv2c")
+    tag, s, pos = _header(data, e, msg_end)
+    if tag != _OCTETS:
+        raise ParseError("missing community")
+    community = data[s:pos]
+    pdu_type, pos, pdu_end = _header(data, pos, msg_end)
+    fields: list[int] = []
+    for _ in range(3):
+        tag, s, pos = _header(data, pos, pdu_end)
+        if tag != _INTEGER:
+            raise ParseError("malformed PDU header")
+        fields.append(_dec_int(data, s, pos))
+    tag, pos, vbl_end = _header(data, pos, pdu_end)
+    oids: list[Oid] = []
+    while pos < vbl_end:
+        tag, s, vb_end = _header(data, pos, vbl_end)
+        tag, os_, oe = _header(data, s, vb_end)
+        if tag != _OID:
+            raise ParseError("VarBind without an OID")
+        oids.append(decode_oid(data[os_:oe]))
+        pos = vb_end
+    return community, pdu_type, fields[0], fields[1], fields[2], oids
+
+
+def enc_unsigned(value: int) -> bytes:
+    """Body of an unsigned application value (Counter32/64, Gauge32, TimeTicks)."""
+    return value.to_bytes(max(1, (value.bit_length() + 8) // 8), "big")
+
+
+def enc_signed(value: int) -> bytes:
+    """Body of an INTEGER."""
+    return value.to_bytes(max(1, (value.bit_length() + 8) // 8), "big", signed=True)
+
+
+def enc_oid_body(oid: Oid) -> bytes:
+    """Body (no tag/length) of an OID value."""
+    full = encode_oid(oid)
+    _, s, _ = _header(full, 0, len(full))
+    return full[s:]
+
+
+def parse_oid(text: str) -> Oid:
+    """``"1.3.6.1"`` or ``".1.3.6.1"`` -> (1, 3, 6, 1); ValueError on anything else."""
+    parts = text.strip().lstrip(".").split(".")
+    try:
+        oid = tuple(int(p) for p in parts)
+    except ValueError:
+        msg = f"not a numeric OID: {text!r}"
+        raise ValueError(msg) from None
+    if len(oid) < 2 or any(p < 0 for p in oid):
+        msg = f"not a numeric OID: {text!r}"
+        raise ValueError(msg)
+    return oid

@@ -1,0 +1,486 @@
+"""SNMP sessions: a native SNMPv2c client and a pysnmp 7 (asyncio) client.
+
+Both expose the same two primitives, :meth:`Session.get` and
+:meth:`Session.bulk`; :func:`walk` builds multi-column GETBULK table walks on
+top of them. Every session is created once per target and reused for every
+poll: no per-poll engine, transport or request-object churn.
+
+* :class:`NativeV2cSession` speaks SNMPv2c over one connected UDP socket per
+  target with the codec in :mod:`._ber`. It is the default for v2c because it
+  meets the CPU budgets (``bench/snmp_walk.py``), and it can tell a malformed
+  datagram from a silent agent.
+* :class:`PysnmpSession` wraps ``pysnmp.hlapi.v3arch.asyncio`` with
+  ``lookupMib=False`` (raw OIDs, no MIB compilation). It is used for SNMPv3
+  (USM authPriv: SHA/SHA-2 and AES) and optionally for v2c.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from fabricwatch.errors import CollectorError, ParseError
+
+from ._ber import (
+    GET,
+    GETBULK,
+    Oid,
+    Special,
+    Value,
+    VarBind,
+    decode_response,
+    encode_request,
+    encode_varbind_list,
+)
+
+ERROR_STATUS = {
+    1: "tooBig",
+    2: "noSuchName",
+    3: "badValue",
+    4: "readOnly",
+    5: "genErr",
+    6: "noAccess",
+    16: "authorizationError",
+}
+
+
+class SnmpError(CollectorError):
+    """An SNMP request failed. ``reason`` is a short label for metrics."""
+
+    reason = "snmp_error"
+
+
+class SnmpTimeout(SnmpError):
+    """No (valid) response within timeout x (retries + 1)."""
+
+    reason = "timeout"
+
+
+class SnmpAuthError(SnmpError):
+    """The agent rejected our credentials (SNMPv3 USM reports)."""
+
+    reason = "auth"
+
+
+class SnmpMalformed(SnmpError):
+    """Only undecodable datagrams came back."""
+
+    reason = "malformed"
+
+
+class SnmpTooBig(SnmpError):
+    """The agent answered tooBig: ask for fewer varbinds."""
+
+    reason = "too_big"
+
+
+@dataclass(slots=True)
+class SessionStats:
+    """Running counts of one session (exported as per-target health)."""
+
+    requests: int = 0
+    timeouts: int = 0
+    malformed: int = 0
+    last_malformed: str = ""
+
+
+class Session(Protocol):
+    """What the collector needs from an SNMP client."""
+
+    stats: SessionStats
+
+    async def get(self, oids: Sequence[Oid]) -> list[VarBind]:
+        """GET ``oids`` (chunked by the session); one varbind per OID, in order."""
+        ...
+
+    async def bulk(self, oids: Sequence[Oid], max_repetitions: int) -> list[VarBind]:
+        """One GETBULK with non-repeaters 0; the reply row-major, as the agent sent it."""
+        ...
+
+    async def close(self) -> None:
+        """Release the socket / engine. Must not raise."""
+        ...
+
+
+class _Channel(asyncio.DatagramProtocol):
+    """Matches responses to requests by request-id; counts undecodable datagrams."""
+
+    def __init__(self, stats: SessionStats) -> None:
+        self.stats = stats
+        self.pending: dict[int, asyncio.Future[Any]] = {}
+        self.transport: asyncio.DatagramTransport | None = None
+        self.error: Exception | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def datagram_received(self, data: bytes, addr: tuple[str | Any, int]) -> None:
+        try:
+            resp = decode_response(data)
+        except ParseError as exc:
+            self.stats.malformed += 1
+            self.stats.last_malformed = str(exc)
+            return
+        fut = self.pending.get(resp.request_id)
+        if fut is not None and not fut.done():
+            fut.set_result(resp)
+
+    def error_received(self, exc: Exception) -> None:
+        # ICMP port unreachable arrives here on a connected socket: the agent
+        # is down. Remember it; the request still ends by timeout.
+        self.error = exc
+
+
+class NativeV2cSession:
+    """SNMPv2c over a connected UDP socket, with the :mod:`._ber` codec."""
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        community: str,
+        *,
+        timeout: float = 1.0,
+        retries: int = 1,
+        max_oids_per_request: int = 40,
+    ) -> None:
+        self._addr = (host, port)
+        self._community = community.encode()
+        self._timeout = timeout
+        self._retries = retries
+        self._max_oids = max_oids_per_request
+        self.stats = SessionStats()
+        self._channel: _Channel | None = None
+        self._ids = itertools.count(random.randrange(1, 1 << 30))  # noqa: S311 - not security
+        self._vbl_cache: dict[tuple[Oid, ...], bytes] = {}
+
+    async def _ensure(self) -> _Channel:
+        if self._channel is None or self._channel.transport is None:
+            loop = asyncio.get_running_loop()
+            stats = self.stats
+            _, proto = await loop.create_datagram_endpoint(
+                lambda: _Channel(stats), remote_addr=self._addr
+            )
+            self._channel = proto
+        return self._channel
+
+    def _varbind_list(self, oids: tuple[Oid, ...]) -> bytes:
+        vbl = self._vbl_cache.get(oids)
+        if vbl is None:
+            vbl = encode_varbind_list(oids)
+            # Node-mode polls repeat the same request lists: keep them, bounded.
+            if len(self._vbl_cache) < 256:
+                self._vbl_cache[oids] = vbl
+        return vbl
+
+    async def _request(self, pdu: int, a: int, b: int, oids: tuple[Oid, ...]) -> list[VarBind]:
+        chan = await self._ensure()
+        assert chan.transport is not None
+        vbl = self._varbind_list(oids)
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[Any] = loop.create_future()
+        ids: list[int] = []
+        malformed_before = self.stats.malformed
+        self.stats.requests += 1
+        try:
+            for _ in range(self._retries + 1):
+                rid = next(self._ids) & 0x7FFFFFFF
+                ids.append(rid)
+                chan.pending[rid] = fut  # a late answer to an earlier try still counts
+                chan.transport.sendto(encode_request(self._community, pdu, rid, a, b, vbl))
+                try:
+                    resp = await asyncio.wait_for(asyncio.shield(fut), self._timeout)
+                    break
+                except TimeoutError:
+                    continue
+            else:
+                self.stats.timeouts += 1
+                if self.stats.malformed > malformed_before:
+                    msg = f"only malformed responses: {self.stats.last_malformed}"
+                    raise SnmpMalformed(msg)
+                msg = (
+                    f"no response from {self._addr[0]}:{self._addr[1]} after "
+                    f"{self._retries + 1} tries of {self._timeout}s (agent down, "
+                    "or wrong community / ACL)"
+                )
+                raise SnmpTimeout(msg)
+        finally:
+            for rid in ids:
+                chan.pending.pop(rid, None)
+            if not fut.done():
+                fut.cancel()
+        if resp.error_status:
+            name = ERROR_STATUS.get(resp.error_status, str(resp.error_status))
+            if resp.error_status == 1:
+                raise SnmpTooBig("agent answered tooBig")
+            msg = f"agent error-status {name} at varbind {resp.error_index}"
+            raise SnmpError(msg)
+        return resp.varbinds  # type: ignore[no-any-return]
+
+    async def get(self, oids: Sequence[Oid]) -> list[VarBind]:
+        """GET in chunks of ``max_oids_per_request``."""
+        out: list[VarBind] = []
+        for i in range(0, len(oids), self._max_oids):
+            chunk = tuple(oids[i : i + self._max_oids])
+            vbs = await self._request(GET, 0, 0, chunk)
+            if len(vbs) != len(chunk):
+                msg = f"GET of {len(chunk)} OIDs answered with {len(vbs)} varbinds"
+                raise SnmpError(msg)
+            out.extend(vbs)
+        return out
+
+    async def bulk(self, oids: Sequence[Oid], max_repetitions: int) -> list[VarBind]:
+        """One GETBULK request."""
+        return await self._request(GETBULK, 0, max_repetitions, tuple(oids))
+
+    async def close(self) -> None:
+        """Close the socket."""
+        if self._channel is not None and self._channel.transport is not None:
+            self._channel.transport.close()
+        self._channel = None
+
+
+@dataclass(frozen=True, slots=True)
+class V3Credentials:
+    """SNMPv3 USM credentials (keys already read from their files)."""
+
+    user: str
+    auth_protocol: str = "sha"
+    auth_key: str | None = None
+    priv_protocol: str = "aes"
+    priv_key: str | None = None
+    context: str = ""
+
+
+_AUTH = {
+    "none": "usmNoAuthProtocol",
+    "md5": "usmHMACMD5AuthProtocol",
+    "sha": "usmHMACSHAAuthProtocol",
+    "sha224": "usmHMAC128SHA224AuthProtocol",
+    "sha256": "usmHMAC192SHA256AuthProtocol",
+    "sha384": "usmHMAC256SHA384AuthProtocol",
+    "sha512": "usmHMAC384SHA512AuthProtocol",
+}
+_PRIV = {
+    "none": "usmNoPrivProtocol",
+    "des": "usmDESPrivProtocol",
+    "aes": "usmAesCfb128Protocol",
+    # Cisco / net-snmp key extension ("Reeder"), what switches implement.
+    "aes192": "usmAesCfb192Protocol",
+    "aes256": "usmAesCfb256Protocol",
+}
+AUTH_PROTOCOLS = tuple(_AUTH)
+PRIV_PROTOCOLS = tuple(_PRIV)
+
+_AUTH_HINTS = ("digest", "user", "decrypt", "authentic", "security level", "time window")
+
+
+class PysnmpSession:
+    """pysnmp 7 asyncio client; one engine, auth and transport object per target, reused."""
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        *,
+        community: str | None = None,
+        v3: V3Credentials | None = None,
+        timeout: float = 1.0,
+        retries: int = 1,
+        max_oids_per_request: int = 40,
+    ) -> None:
+        from pysnmp.hlapi.v3arch import asyncio as hl
+
+        self._hl = hl
+        self._addr = (host, port)
+        self._timeout = timeout
+        self._retries = retries
+        self._max_oids = max_oids_per_request
+        self.stats = SessionStats()
+        self._engine: Any = None
+        self._target: Any = None
+        if v3 is not None:
+            self._auth: Any = hl.UsmUserData(
+                v3.user,
+                authKey=v3.auth_key,
+                privKey=v3.priv_key,
+                authProtocol=getattr(hl, _AUTH[v3.auth_protocol]),
+                privProtocol=getattr(hl, _PRIV[v3.priv_protocol]),
+            )
+            self._context: Any = hl.ContextData(contextName=v3.context.encode())
+        else:
+            self._auth = hl.CommunityData(community or "public", mpModel=1)  # noqa: S508
+            self._context = hl.ContextData()
+        from pysnmp.proto import rfc1902, rfc1905
+
+        self._numeric = (
+            rfc1902.Integer32,
+            rfc1902.Integer,
+            rfc1902.Counter32,
+            rfc1902.Counter64,
+            rfc1902.Gauge32,
+            rfc1902.TimeTicks,
+            rfc1902.Unsigned32,
+        )
+        self._octets = (rfc1902.OctetString, rfc1902.IpAddress, rfc1902.Opaque)
+        self._specials = (
+            (rfc1905.NoSuchObject, Special.NO_SUCH_OBJECT),
+            (rfc1905.NoSuchInstance, Special.NO_SUCH_INSTANCE),
+            (rfc1905.EndOfMibView, Special.END_OF_MIB_VIEW),
+        )
+        self._oid_type = rfc1902.ObjectName
+
+    async def _ensure(self) -> None:
+        if self._engine is None:
+            hl = self._hl
+            self._engine = hl.SnmpEngine()
+            self._target = await hl.UdpTransportTarget.create(
+                self._addr, timeout=self._timeout, retries=self._retries
+            )
+
+    def _value(self, v: Any) -> Value:
+        for cls, special in self._specials:
+            if isinstance(v, cls):
+                return special
+        if isinstance(v, self._numeric):
+            return int(v)
+        if isinstance(v, self._octets):
+            return bytes(v.asOctets())
+        if isinstance(v, self._oid_type):
+            return tuple(v)
+        return None
+
+    def _check(self, err_ind: Any, err_stat: Any, err_idx: Any) -> None:
+        if err_ind:
+            text = str(err_ind)
+            if type(err_ind).__name__ == "RequestTimedOut" or "timeout" in text.lower():
+                self.stats.timeouts += 1
+                msg = f"no response from {self._addr[0]}:{self._addr[1]}: {text}"
+                raise SnmpTimeout(msg)
+            if any(h in text.lower() for h in _AUTH_HINTS):
+                msg = f"SNMPv3 authentication failed: {text}"
+                raise SnmpAuthError(msg)
+            raise SnmpError(text)
+        if err_stat:
+            code = int(err_stat)
+            if code == 1:
+                raise SnmpTooBig("agent answered tooBig")
+            msg = f"agent error-status {ERROR_STATUS.get(code, code)} at varbind {int(err_idx)}"
+            raise SnmpError(msg)
+
+    async def get(self, oids: Sequence[Oid]) -> list[VarBind]:
+        """GET in chunks of ``max_oids_per_request``."""
+        await self._ensure()
+        hl = self._hl
+        out: list[VarBind] = []
+        for i in range(0, len(oids), self._max_oids):
+            chunk = oids[i : i + self._max_oids]
+            self.stats.requests += 1
+            err_ind, err_stat, err_idx, vbs = await hl.get_cmd(
+                self._engine,
+                self._auth,
+                self._target,
+                self._context,
+                *(hl.ObjectType(hl.ObjectIdentity(o)) for o in chunk),
+                lookupMib=False,
+            )
+            self._check(err_ind, err_stat, err_idx)
+            out.extend((tuple(name), self._value(val)) for name, val in vbs)
+        return out
+
+    async def bulk(self, oids: Sequence[Oid], max_repetitions: int) -> list[VarBind]:
+        """One GETBULK request."""
+        await self._ensure()
+        hl = self._hl
+        self.stats.requests += 1
+        err_ind, err_stat, err_idx, vbs = await hl.bulk_cmd(
+            self._engine,
+            self._auth,
+            self._target,
+            self._context,
+            0,
+            max_repetitions,
+            *(hl.ObjectType(hl.ObjectIdentity(o)) for o in oids),
+            lookupMib=False,
+        )
+        self._check(err_ind, err_stat, err_idx)
+        return [(tuple(name), self._value(val)) for name, val in vbs]
+
+    async def close(self) -> None:
+        """Close the engine's dispatcher."""
+        if self._engine is not None:
+            with contextlib.suppress(Exception):  # close must not raise
+                self._engine.close_dispatcher()
+        self._engine = None
+
+
+async def walk(
+    session: Session,
+    columns: Sequence[Oid],
+    *,
+    max_repetitions: int = 25,
+    max_varbinds: int = 64,
+    max_requests: int = 10_000,
+) -> dict[Oid, list[VarBind]]:
+    """Walk table columns with multi-column GETBULK; rows per column, in OID order.
+
+    Replies are row-major: varbind ``i`` belongs to the ``i % n``-th column
+    of the request. A column ends when it leaves its prefix, hits an
+    exception value, or stops increasing (an agent bug that would otherwise
+    loop forever). ``tooBig`` halves the repetitions. Bounded by
+    ``max_requests``.
+    """
+    result: dict[Oid, list[VarBind]] = {c: [] for c in columns}
+    cursor: dict[Oid, Oid] = {c: c for c in columns}
+    active = list(dict.fromkeys(columns))
+    reps_cap = max(1, max_repetitions)
+    requests = 0
+    while active:
+        batch = active[: max(1, max_varbinds)]
+        reps = max(1, min(reps_cap, max_varbinds // len(batch)))
+        requests += 1
+        if requests > max_requests:
+            msg = f"walk did not finish within {max_requests} requests"
+            raise SnmpError(msg)
+        try:
+            vbs = await session.bulk([cursor[c] for c in batch], reps)
+        except SnmpTooBig:
+            if reps_cap == 1 and len(batch) == 1:
+                raise
+            reps_cap = max(1, reps // 2)
+            if reps == 1:
+                max_varbinds = max(1, len(batch) // 2)
+            continue
+        if not vbs:
+            msg = "GETBULK answered with no varbinds"
+            raise SnmpError(msg)
+        n = len(batch)
+        done: set[Oid] = set()
+        progressed = False
+        for i, (oid, value) in enumerate(vbs):
+            col = batch[i % n]
+            if col in done:
+                continue
+            plen = len(col)
+            if (
+                isinstance(value, Special)
+                or oid[:plen] != col
+                or len(oid) == plen
+                or oid <= cursor[col]
+            ):
+                done.add(col)
+                continue
+            result[col].append((oid, value))
+            cursor[col] = oid
+            progressed = True
+        if not done and not progressed:
+            msg = "GETBULK reply made no progress (agent answers fewer varbinds than columns)"
+            raise SnmpError(msg)
+        # Columns absent from a truncated reply simply continue from their cursor.
+        active = [c for c in active if c not in done]
+    return result

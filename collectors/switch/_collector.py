@@ -1,0 +1,580 @@
+"""The switch collector: per-target discovery, polling and signal derivation."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import structlog
+
+from fabricwatch.collector import CollectorEnv
+from fabricwatch.config import read_secret
+from fabricwatch.counters import CounterTracker
+from fabricwatch.errors import CollectorError, ConfigError
+from fabricwatch.readings import MetricSpec, Reading
+
+from . import _signals as sig
+from ._ber import Oid, Special, Value, VarBind
+from ._client import (
+    NativeV2cSession,
+    PysnmpSession,
+    Session,
+    SnmpError,
+    V3Credentials,
+    walk,
+)
+from ._config import SwitchSettings, TargetSettings
+from ._lldp import (
+    LOC_OIDS,
+    REM_OIDS,
+    find_uplinks,
+    local_macs,
+    map_local_ports,
+    parse_remote,
+)
+from ._profiles import Profile, ProfileSet, Table, load_profiles
+
+log = structlog.get_logger("fabricwatch.collectors.switch")
+
+SYS_DESCR = (1, 3, 6, 1, 2, 1, 1, 1, 0)
+SYS_OBJECT_ID = (1, 3, 6, 1, 2, 1, 1, 2, 0)
+SYS_UPTIME = (1, 3, 6, 1, 2, 1, 1, 3, 0)
+SYS_NAME = (1, 3, 6, 1, 2, 1, 1, 5, 0)
+IF_DESCR = (1, 3, 6, 1, 2, 1, 2, 2, 1, 2)
+IF_NAME = (1, 3, 6, 1, 2, 1, 31, 1, 1, 1, 1)
+_IFT = (1, 3, 6, 1, 2, 1, 2, 2, 1)
+_IFX = (1, 3, 6, 1, 2, 1, 31, 1, 1, 1)
+IF_COLUMNS: dict[Oid, str] = {
+    (*_IFT, 8): "oper",
+    (*_IFT, 13): "in_discards",
+    (*_IFT, 14): "in_errors",
+    (*_IFT, 19): "out_discards",
+    (*_IFT, 20): "out_errors",
+    (*_IFX, 6): "in_octets",
+    (*_IFX, 10): "out_octets",
+    (*_IFX, 15): "speed",
+    (*_IFX, 19): "disc",
+}
+POLL_REASONS = ("timeout", "auth", "malformed", "snmp_error", "too_big")
+PAUSE_QUANTUM_BITS = 65535 * 512
+"""Bit-times one PFC frame with the maximum quanta pauses a priority for."""
+_UPTIME_WRAP_GUARD = 360_000  # 1 h in TimeTicks: a decrease from near 2^32 to near 0 is a wrap
+
+
+@dataclass(slots=True)
+class _PortData:
+    values: dict[str, int] = field(default_factory=dict)
+    # (signal, direction, sub) -> (value, table)
+    counters: dict[tuple[str, str, int], tuple[int, Table]] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class _Target:
+    cfg: TargetSettings
+    mode: str
+    session: Session | None = None
+    profile: Profile | None = None
+    sys_name: str = ""
+    if_names: dict[int, str] = field(default_factory=dict)
+    if_descrs: dict[int, str] = field(default_factory=dict)
+    ports: dict[int, str] = field(default_factory=dict)
+    uplink_ports: dict[int, str] = field(default_factory=dict)
+    tables: list[Table] = field(default_factory=list)
+    get_oids: list[Oid] = field(default_factory=list)
+    walk_columns: list[Oid] = field(default_factory=list)
+    discovered_at: float | None = None
+    failures: int = 0
+    next_attempt: float = 0.0
+    boot: int = 0
+    last_uptime: int | None = None
+    oper: dict[int, int] = field(default_factory=dict)
+    flaps: dict[int, int] = field(default_factory=dict)
+    errors: dict[str, int] = field(default_factory=lambda: dict.fromkeys(POLL_REASONS, 0))
+    last_duration: float = 0.0
+    up: bool = False
+    orphans: int = 0
+    last_error: str = ""
+
+    @property
+    def name(self) -> str:
+        return self.cfg.name
+
+
+def _port_label(t: _Target, if_index: int) -> str:
+    return t.if_names.get(if_index) or t.if_descrs.get(if_index) or str(if_index)
+
+
+def _text(v: Value) -> str:
+    return v.decode("utf-8", "replace").strip("\x00").strip() if isinstance(v, bytes) else ""
+
+
+class SwitchCollector:
+    """Polls switches over SNMP for PFC, queue drops, link state and traffic."""
+
+    def __init__(
+        self,
+        settings: SwitchSettings,
+        env: CollectorEnv,
+        *,
+        profiles: ProfileSet | None = None,
+    ) -> None:
+        self._settings = settings
+        self._env = env
+        self._profiles = profiles or load_profiles(tuple(Path(d) for d in settings.profile_dirs))
+        self._targets = [_Target(t, t.mode or settings.mode) for t in settings.targets]
+        self._node_names = [env.node, *settings.node_names]
+        self._tracker = CounterTracker()
+        self._sem = asyncio.Semaphore(settings.max_concurrency)
+
+    @property
+    def name(self) -> str:
+        """Registry name."""
+        return "switch"
+
+    def metrics(self) -> Sequence[MetricSpec]:
+        """Every family this collector may produce."""
+        return sig.ALL
+
+    def target_state(self, name: str) -> _Target:
+        """Runtime state of one target (for tests and the demo)."""
+        for t in self._targets:
+            if t.name == name:
+                return t
+        raise KeyError(name)
+
+    async def start(self) -> None:
+        """Create one session per target; no network I/O (agents may be down)."""
+        for t in self._targets:
+            if t.cfg.profile != "auto":
+                try:
+                    t.profile = self._profiles.by_name(t.cfg.profile)
+                except ConfigError as exc:
+                    raise CollectorError(str(exc)) from None
+            try:
+                t.session = self._make_session(t.cfg)
+            except ConfigError as exc:
+                raise CollectorError(f"switch {t.name}: {exc}") from None
+
+    @staticmethod
+    def _make_session(cfg: TargetSettings) -> Session:
+        common = {
+            "timeout": cfg.timeout,
+            "retries": cfg.retries,
+            "max_oids_per_request": cfg.max_oids_per_request,
+        }
+        if cfg.version == "3":
+            v3 = V3Credentials(
+                user=cfg.v3.user,
+                auth_protocol=cfg.v3.auth_protocol,
+                auth_key=read_secret(cfg.v3.auth_key_file, key="v3.auth_key_file"),
+                priv_protocol=cfg.v3.priv_protocol,
+                priv_key=read_secret(cfg.v3.priv_key_file, key="v3.priv_key_file"),
+                context=cfg.v3.context,
+            )
+            return PysnmpSession(cfg.host, cfg.port, v3=v3, **common)  # type: ignore[arg-type]
+        community = (
+            read_secret(cfg.community_file, key="community_file", env="FABRICWATCH_SNMP_COMMUNITY")
+            or "public"
+        )
+        if cfg.client == "pysnmp":
+            return PysnmpSession(cfg.host, cfg.port, community=community, **common)  # type: ignore[arg-type]
+        return NativeV2cSession(cfg.host, cfg.port, community, **common)  # type: ignore[arg-type]
+
+    async def collect(self) -> Sequence[Reading]:
+        """Poll every target concurrently (bounded); failures only mark their target down."""
+        results = await asyncio.gather(*(self._poll(t) for t in self._targets))
+        out: list[Reading] = []
+        for r in results:
+            out.extend(r)
+        return out
+
+    async def close(self) -> None:
+        """Close every session."""
+        for t in self._targets:
+            if t.session is not None:
+                await t.session.close()
+                t.session = None
+
+    # -- polling ----------------------------------------------------------
+
+    async def _poll(self, t: _Target) -> list[Reading]:
+        now = self._env.monotonic()
+        if t.session is None or now < t.next_attempt:
+            return self._health(t, now)
+        readings: list[Reading] = []
+        async with self._sem:
+            t0 = self._env.monotonic()
+            try:
+                interval = self._settings.discovery_interval
+                if t.discovered_at is None or t0 - t.discovered_at >= interval:
+                    await self._discover(t)
+                readings = await self._collect_target(t)
+            except SnmpError as exc:
+                self._failed(t, exc)
+                readings = []
+            else:
+                if t.failures:
+                    log.info("switch_recovered", switch=t.name, after_failures=t.failures)
+                t.failures = 0
+                t.up = True
+            t.last_duration = self._env.monotonic() - t0
+        readings.extend(self._health(t, self._env.monotonic()))
+        return readings
+
+    def _failed(self, t: _Target, exc: SnmpError) -> None:
+        t.failures += 1
+        t.up = False
+        t.errors[exc.reason] = t.errors.get(exc.reason, 0) + 1
+        s = self._settings
+        delay = min(s.backoff_initial * 2 ** (t.failures - 1), s.backoff_max)
+        t.next_attempt = self._env.monotonic() + delay
+        # Rediscover after an outage: the switch may have rebooted and renumbered.
+        t.discovered_at = None
+        t.last_error = str(exc)
+        event = "switch_auth_failed" if exc.reason == "auth" else "switch_poll_failed"
+        log.warning(
+            event,
+            switch=t.name,
+            host=t.cfg.host,
+            reason=exc.reason,
+            error=str(exc),
+            failures=t.failures,
+            retry_in_s=round(delay, 3),
+        )
+
+    def _health(self, t: _Target, now: float) -> list[Reading]:
+        n = (t.name,)
+        stats = t.session.stats if t.session is not None else None
+        out = [
+            Reading(sig.TARGET_UP.name, n, 1.0 if t.up else 0.0, ts=now),
+            Reading(sig.POLL_DURATION.name, n, t.last_duration, ts=now),
+            Reading(sig.TIMEOUTS.name, n, float(stats.timeouts if stats else 0), ts=now),
+            Reading(sig.MALFORMED.name, n, float(stats.malformed if stats else 0), ts=now),
+            Reading(sig.PORTS_POLLED.name, n, float(len(t.ports)), ts=now),
+            Reading(sig.ORPHAN_ROWS.name, n, float(t.orphans), ts=now),
+        ]
+        out.extend(
+            Reading(sig.POLL_ERRORS.name, (t.name, reason), float(count), ts=now)
+            for reason, count in t.errors.items()
+        )
+        if t.profile is not None and t.discovered_at is not None:
+            out.append(Reading(sig.SWITCH_INFO.name, (t.name, t.profile.name, t.sys_name), 1.0))
+            out.extend(
+                Reading(sig.UPLINK_INFO.name, (t.name, _port_label(t, i), nb), 1.0, ts=now)
+                for i, nb in t.uplink_ports.items()
+            )
+        return out
+
+    # -- discovery --------------------------------------------------------
+
+    async def _discover(self, t: _Target) -> None:
+        assert t.session is not None
+        s = t.session
+        vbs = await s.get([SYS_DESCR, SYS_OBJECT_ID, SYS_NAME, SYS_UPTIME])
+        values = dict(vbs)
+        descr = _text(values.get(SYS_DESCR))
+        obj = values.get(SYS_OBJECT_ID)
+        sys_oid = obj if isinstance(obj, tuple) else None
+        t.sys_name = _text(values.get(SYS_NAME))
+        profile = (
+            self._profiles.select(sys_oid, descr)
+            if t.cfg.profile == "auto"
+            else self._profiles.by_name(t.cfg.profile)
+        )
+        if t.profile is None or profile.name != t.profile.name:
+            log.info(
+                "switch_profile_selected",
+                switch=t.name,
+                profile=profile.name,
+                sys_object_id=".".join(map(str, sys_oid or ())),
+            )
+        t.profile = profile
+        reps, mv = t.cfg.max_repetitions, 64
+        names = await walk(s, [IF_NAME, IF_DESCR], max_repetitions=reps, max_varbinds=mv)
+        t.if_names = {o[-1]: _text(v) for o, v in names[IF_NAME] if len(o) == len(IF_NAME) + 1}
+        t.if_descrs = {o[-1]: _text(v) for o, v in names[IF_DESCR] if len(o) == len(IF_DESCR) + 1}
+        # One GETBULK with repetitions 1 tells which of the profile's tables exist.
+        probes = [tb.probe_oid() for tb in profile.tables]
+        present: list[Table] = []
+        if probes:
+            reply = await s.bulk(probes, 1)
+            for tb, (oid, value) in zip(profile.tables, reply, strict=False):
+                p = tb.probe_oid()
+                if not isinstance(value, Special) and oid[: len(p)] == p and len(oid) > len(p):
+                    present.append(tb)
+        t.tables = present
+        old = dict(t.uplink_ports)
+        if t.mode == "switch":
+            t.ports = {i: _port_label(t, i) for i in sorted({*t.if_names, *t.if_descrs})}
+            t.uplink_ports = {}
+        else:
+            t.uplink_ports = await self._find_uplinks(t)
+            t.ports = {i: _port_label(t, i) for i in sorted(t.uplink_ports)}
+        if t.uplink_ports != old:
+            log.info(
+                "switch_uplinks_changed",
+                switch=t.name,
+                added=sorted(_port_label(t, i) for i in t.uplink_ports.keys() - old.keys()),
+                removed=sorted(str(i) for i in old.keys() - t.uplink_ports.keys()),
+            )
+        if t.mode != "switch" and not t.uplink_ports:
+            log.warning(
+                "switch_no_uplinks",
+                switch=t.name,
+                hint="no LLDP neighbour matches this node; set uplinks to poll statically",
+            )
+        await self._plan(t)
+        t.discovered_at = self._env.monotonic()
+
+    async def _find_uplinks(self, t: _Target) -> dict[int, str]:
+        assert t.session is not None
+        if t.cfg.uplinks:
+            by_name = {n.lower(): i for i, n in {**t.if_descrs, **t.if_names}.items() if n}
+            out: dict[int, str] = {}
+            for u in t.cfg.uplinks:
+                idx = by_name.get(u.lower())
+                if idx is None and u.isdigit() and (int(u) in t.if_names or int(u) in t.if_descrs):
+                    idx = int(u)
+                if idx is None:
+                    log.warning("switch_static_uplink_unknown", switch=t.name, port=u)
+                    continue
+                out[idx] = "static"
+            return out
+        cols = await walk(t.session, [*LOC_OIDS, *REM_OIDS], max_repetitions=t.cfg.max_repetitions)
+        neighbours = parse_remote(cols)
+        port_map = map_local_ports(cols, t.if_names, t.if_descrs)
+        macs = local_macs(self._env.sys_root)
+        found, unmapped = find_uplinks(neighbours, port_map, self._node_names, macs)
+        for nb in unmapped:
+            log.warning(
+                "switch_lldp_port_unmapped",
+                switch=t.name,
+                local_port=nb.local_port,
+                neighbour=nb.sys_name,
+            )
+        return {i: u.neighbour_port for i, u in sorted(found.items())}
+
+    async def _plan(self, t: _Target) -> None:
+        """Work out this target's per-poll requests once per discovery."""
+        t.get_oids = [SYS_UPTIME]
+        t.walk_columns = []
+        if t.mode == "switch":
+            t.walk_columns = list(IF_COLUMNS)
+            for tb in t.tables:
+                t.walk_columns.extend([tb.column] if tb.column is not None else tb.columns)
+            return
+        ports = sorted(t.ports)
+        for i in ports:
+            t.get_oids.extend((*col, i) for col in IF_COLUMNS)
+            for tb in t.tables:
+                t.get_oids.extend((*c, i) for c in tb.columns)
+        # Rows of (ifIndex, ...) tables: learn exactly which exist, then GET them.
+        prefixes = [(*tb.column, i) for tb in t.tables if tb.column is not None for i in ports]
+        if prefixes and t.session is not None:
+            rows = await walk(t.session, prefixes, max_repetitions=t.cfg.max_repetitions)
+            for tb in t.tables:
+                if tb.column is None:
+                    continue
+                n = len(tb.column)
+                for i in ports:
+                    for oid, _ in rows.get((*tb.column, i), ()):
+                        if tb.match_suffix(oid[n + 1 :], 8) is not None:
+                            t.get_oids.append(oid)
+
+    # -- collection -------------------------------------------------------
+
+    async def _collect_target(self, t: _Target) -> list[Reading]:
+        assert t.session is not None and t.profile is not None
+        varbinds: list[VarBind] = await t.session.get(t.get_oids)
+        if t.walk_columns:
+            cols = await walk(t.session, t.walk_columns, max_repetitions=t.cfg.max_repetitions)
+            for c in t.walk_columns:
+                varbinds.extend(cols[c])
+        ts = self._env.monotonic()
+        return self._readings(t, varbinds, ts)
+
+    def _readings(self, t: _Target, varbinds: Iterable[VarBind], ts: float) -> list[Reading]:
+        assert t.profile is not None
+        count = t.profile.priority_count
+        by_col: dict[Oid, tuple[Table, int]] = {}
+        lengths: set[int] = set()
+        for tb in t.tables:
+            if tb.column is not None:
+                by_col[tb.column] = (tb, -2)
+                lengths.add(len(tb.column))
+            for k, c in enumerate(tb.columns):
+                by_col[c] = (tb, k)
+        ports: dict[int, _PortData] = {}
+        uptime: int | None = None
+        orphans = 0
+        known = t.ports
+        for oid, value in varbinds:
+            if not isinstance(value, int) or isinstance(value, bool):
+                continue
+            head = oid[:-1]
+            name = IF_COLUMNS.get(head)
+            if name is not None:
+                if oid[-1] in known:
+                    ports.setdefault(oid[-1], _PortData()).values[name] = value
+                continue
+            if oid == SYS_UPTIME:
+                uptime = value
+                continue
+            hit = by_col.get(head)
+            if hit is not None and hit[1] >= 0:  # column-per-sub layout
+                tb, sub = hit
+                if_index = oid[-1]
+            else:
+                for n in lengths:
+                    hit = by_col.get(oid[:n])
+                    if hit is not None and len(oid) > n:
+                        break
+                else:
+                    continue
+                tb = hit[0]
+                if_index, rest = oid[n], oid[n + 1 :]
+                m = tb.match_suffix(rest, count)
+                if m is None:
+                    continue
+                sub = m
+            if if_index not in known:
+                orphans += 1
+                continue
+            key = (tb.signal, tb.direction, sub)
+            pd = ports.setdefault(if_index, _PortData())
+            prev = pd.counters.get(key)
+            pd.counters[key] = (value + (prev[0] if prev else 0), tb)
+        t.orphans = orphans
+        self._uptime(t, uptime)
+        out: list[Reading] = []
+        for if_index, pd in ports.items():
+            self._port_readings(t, if_index, pd, ts, out)
+        return out
+
+    def _uptime(self, t: _Target, uptime: int | None) -> None:
+        if uptime is None:
+            return
+        last = t.last_uptime
+        t.last_uptime = uptime
+        if last is None or uptime >= last:
+            return
+        if last > 2**32 - _UPTIME_WRAP_GUARD and uptime < _UPTIME_WRAP_GUARD:
+            return  # TimeTicks wrapped after ~497 days
+        t.boot += 1
+        t.discovered_at = None  # agent restarted: ifIndexes may have moved
+        log.info("switch_restarted", switch=t.name, uptime_before=last, uptime_now=uptime)
+
+    def _rate(
+        self, key: tuple[object, ...], value: float, ts: float, bits: int, epoch: int
+    ) -> float | None:
+        r = self._tracker.update(key, value, ts, bits=bits, epoch=epoch)
+        return None if r is None else r.per_second
+
+    def _port_readings(
+        self, t: _Target, if_index: int, pd: _PortData, ts: float, out: list[Reading]
+    ) -> None:
+        sw, port = t.name, t.ports[if_index]
+        v = pd.values
+        epoch = (t.boot << 32) | (v.get("disc", 0) & 0xFFFFFFFF)
+        sp = (sw, port)
+        oper = v.get("oper")
+        if oper is not None:
+            prev = t.oper.get(if_index)
+            flaps = t.flaps.setdefault(if_index, 0)
+            if prev is not None and (prev == 1) != (oper == 1):
+                t.flaps[if_index] = flaps = flaps + 1
+                log.info(
+                    "switch_port_oper_changed", switch=sw, port=port, up=oper == 1, flaps=flaps
+                )
+            t.oper[if_index] = oper
+            out.append(Reading(sig.PORT_UP.name, sp, 1.0 if oper == 1 else 0.0, ts=ts))
+            out.append(Reading(sig.PORT_FLAPS.name, sp, float(flaps), ts=ts))
+        speed_bps = float(v.get("speed", 0)) * 1e6
+        if "speed" in v:
+            out.append(Reading(sig.SPEED.name, sp, speed_bps / 8, ts=ts))
+        for name, spec, direction in (
+            ("in_octets", sig.RX_BYTES, "rx"),
+            ("out_octets", sig.TX_BYTES, "tx"),
+        ):
+            if name in v:
+                out.append(Reading(spec.name, sp, float(v[name]), ts=ts, epoch=epoch))
+                rate = self._rate((sw, if_index, name), v[name], ts, 64, epoch)
+                if rate is not None and speed_bps > 0:
+                    out.append(
+                        Reading(
+                            sig.UTILIZATION.name,
+                            (sw, port, direction),
+                            min(1.0, rate * 8 / speed_bps),
+                            ts=ts,
+                        )
+                    )
+        for name, spec, direction in (
+            ("in_discards", sig.DISCARDS, "rx"),
+            ("out_discards", sig.DISCARDS, "tx"),
+            ("in_errors", sig.ERRORS, "rx"),
+            ("out_errors", sig.ERRORS, "tx"),
+        ):
+            if name in v:
+                out.append(
+                    Reading(spec.name, (sw, port, direction), float(v[name]), ts=ts, epoch=epoch)
+                )
+        c = pd.counters
+        for (signal, direction, sub), (value, tb) in c.items():
+            labels: tuple[str, ...]
+            if signal == "pfc_frames":
+                labels = (sw, port, str(sub), direction)
+                out.append(
+                    Reading(sig.PFC_PAUSE_FRAMES.name, labels, float(value), ts=ts, epoch=epoch)
+                )
+                dur = c.get(("pfc_duration", direction, sub))
+                if dur is not None:
+                    continue  # the ratio comes from the duration counter
+                rate = self._rate((sw, if_index, signal, direction, sub), value, ts, tb.bits, epoch)
+                if rate is not None and speed_bps > 0:
+                    ratio = min(1.0, rate * PAUSE_QUANTUM_BITS / speed_bps)
+                    out.append(Reading(sig.PFC_PAUSE_RATIO.name, labels, ratio, ts=ts))
+            elif signal == "pfc_duration":
+                labels = (sw, port, str(sub), direction)
+                out.append(
+                    Reading(sig.PFC_PAUSE_SECONDS.name, labels, value * tb.unit, ts=ts, epoch=epoch)
+                )
+                rate = self._rate((sw, if_index, signal, direction, sub), value, ts, tb.bits, epoch)
+                if rate is not None:
+                    out.append(
+                        Reading(sig.PFC_PAUSE_RATIO.name, labels, min(1.0, rate * tb.unit), ts=ts)
+                    )
+            elif signal == "pfc_total_frames":
+                labels = (sw, port, direction)
+                out.append(
+                    Reading(
+                        sig.PORT_PFC_PAUSE_FRAMES.name, labels, float(value), ts=ts, epoch=epoch
+                    )
+                )
+                rate = self._rate((sw, if_index, signal, direction), value, ts, tb.bits, epoch)
+                if rate is not None and speed_bps > 0:
+                    out.append(
+                        Reading(
+                            sig.PORT_PFC_PAUSE_RATIO.name,
+                            labels,
+                            min(1.0, rate * PAUSE_QUANTUM_BITS / speed_bps),
+                            ts=ts,
+                        )
+                    )
+            elif signal == "link_pause_frames":
+                out.append(
+                    Reading(
+                        sig.LINK_PAUSE_FRAMES.name,
+                        (sw, port, direction),
+                        float(value),
+                        ts=ts,
+                        epoch=epoch,
+                    )
+                )
+            elif signal == "queue_drops":
+                out.append(
+                    Reading(
+                        sig.QUEUE_DROPS.name, (sw, port, str(sub)), float(value), ts=ts, epoch=epoch
+                    )
+                )
