@@ -1,0 +1,347 @@
+"""RDMA port counters from ``/sys/class/infiniband`` (root injectable).
+
+Reading ~60 small files per port every second is the collector's main cost,
+so each port keeps its counter files open and re-reads them with ``pread`` at
+offset 0 (sysfs regenerates the value on every read from offset 0). That is
+one syscall per counter instead of three. A bounded :class:`FdBudget` caps how
+many descriptors stay open; files over the budget are opened per read.
+
+Hot-unplug: a removed sysfs attribute answers ``ENODEV`` on read and a removed
+directory fails ``stat``; either makes the port report itself gone so the
+collector drops it and rediscovers it when it comes back. Fixture trees on a
+regular file system are detected through the directory's mtime/inode, which
+changes whenever a file in it is created or removed.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TypeVar
+
+from fabricwatch.errors import ParseError
+
+T = TypeVar("T")
+
+INFINIBAND = ("class", "infiniband")
+
+_RATE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([GMT])b/sec", re.IGNORECASE)
+_RATE_SCALE = {"M": 1e6, "G": 1e9, "T": 1e12}
+_STATE = re.compile(r"^\s*([0-9]+)\s*:\s*(\S.*?)\s*$")
+
+PORT_ATTRIBUTES = ("state", "phys_state", "rate")
+COUNTER_DIRS = ("counters", "hw_counters")
+_READ_SIZE = 128
+
+
+class PortGoneError(Exception):
+    """The port (or one of its directories) disappeared: hot-unplug or driver reload."""
+
+
+def parse_counter(raw: bytes, source: str = "") -> int | None:
+    """A sysfs counter value; None for ``N/A (no PMA)`` and transiently empty reads.
+
+    Raises:
+        ParseError: for anything that is not a non-negative decimal integer.
+    """
+    text = raw.strip()
+    if not text or text.startswith(b"N/A"):
+        return None
+    if not text.isdigit():
+        shown = text[:40].decode("ascii", "replace")
+        msg = f"expected a non-negative integer counter, got {shown!r}"
+        raise ParseError(msg, source=source)
+    return int(text)
+
+
+def parse_state(text: str, source: str = "") -> tuple[int, str]:
+    """``"4: ACTIVE"`` -> ``(4, "ACTIVE")``; also used for ``phys_state``."""
+    m = _STATE.match(text)
+    if not m:
+        msg = f"expected '<id>: <NAME>', got {text[:40]!r}"
+        raise ParseError(msg, source=source)
+    return int(m.group(1)), m.group(2)
+
+
+def parse_rate(text: str, source: str = "") -> float:
+    """``"400 Gb/sec (4X NDR)"`` -> 4e11 bits per second."""
+    m = _RATE.match(text)
+    if not m:
+        msg = f"expected a rate like '400 Gb/sec (4X NDR)', got {text[:40]!r}"
+        raise ParseError(msg, source=source)
+    return float(m.group(1)) * _RATE_SCALE[m.group(2).upper()]
+
+
+@dataclass(frozen=True, slots=True)
+class PortRef:
+    """Where one RDMA port lives in sysfs."""
+
+    device: str
+    port: str
+    path: Path
+
+
+def discover_ports(sys_root: Path) -> list[PortRef]:
+    """Every ``class/infiniband/<dev>/ports/<n>`` under ``sys_root``, sorted."""
+    base = sys_root.joinpath(*INFINIBAND)
+    refs: list[PortRef] = []
+    try:
+        devices = sorted(p.name for p in base.iterdir())
+    except (FileNotFoundError, NotADirectoryError):
+        return refs
+    for dev in devices:
+        ports_dir = base / dev / "ports"
+        try:
+            ports = [p.name for p in ports_dir.iterdir()]
+        except OSError:
+            continue
+        for port in sorted(ports, key=lambda p: (len(p), p)):
+            if port.isdigit():
+                refs.append(PortRef(dev, port, ports_dir / port))
+    return refs
+
+
+def read_text(path: Path) -> str | None:
+    """A small sysfs attribute as stripped text, or None when absent/unreadable."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        return os.read(fd, 4096).decode("utf-8", "replace").strip()
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+class FdBudget:
+    """How many counter files may stay open across all ports."""
+
+    __slots__ = ("_free",)
+
+    def __init__(self, limit: int) -> None:
+        self._free = max(0, limit)
+
+    @property
+    def free(self) -> int:
+        """Descriptors still available."""
+        return self._free
+
+    def take(self) -> bool:
+        """Reserve one descriptor; False when the budget is spent."""
+        if self._free <= 0:
+            return False
+        self._free -= 1
+        return True
+
+    def give(self) -> None:
+        """Return one descriptor."""
+        self._free += 1
+
+
+@dataclass(slots=True)
+class _File:
+    name: str
+    path: str
+    fd: int  # -1: over budget, opened per read
+
+
+@dataclass(slots=True)
+class _Dir:
+    path: Path
+    signature: tuple[int, int] | None
+    files: list[_File] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class PortSample:
+    """One read of one port.
+
+    Attributes:
+        link_layer: ``InfiniBand`` or ``Ethernet`` (RoCE); ``""`` when unknown.
+        state: ``(id, name)`` of the logical state (4 = ACTIVE) or None.
+        phys_state: ``(id, name)`` of the physical state (5 = LinkUp) or None.
+        rate_bps: link rate in bits per second, or None.
+        counters: ``counters/*`` raw values (``port_*_data`` still in 4-byte words).
+        hw_counters: ``hw_counters/*`` raw values.
+        has_hw_counters: whether the ``hw_counters`` directory exists at all.
+        errors: values that could not be parsed this read (skipped).
+    """
+
+    device: str
+    port: str
+    link_layer: str
+    state: tuple[int, str] | None
+    phys_state: tuple[int, str] | None
+    rate_bps: float | None
+    counters: dict[str, int]
+    hw_counters: dict[str, int]
+    has_hw_counters: bool
+    errors: list[str]
+
+
+class PortReader:
+    """Reads one RDMA port's attributes and counters; keeps the files open."""
+
+    __slots__ = ("_attrs", "_budget", "_dirs", "_link_layer", "ref")
+
+    def __init__(self, ref: PortRef, budget: FdBudget) -> None:
+        self.ref = ref
+        self._budget = budget
+        self._link_layer = read_text(ref.path / "link_layer") or ""
+        self._attrs = _Dir(ref.path, None)
+        self._attrs.files = self._open_files(ref.path, PORT_ATTRIBUTES)
+        self._dirs: dict[str, _Dir] = {}
+        for name in COUNTER_DIRS:
+            self._dirs[name] = self._scan_dir(ref.path / name)
+
+    @property
+    def link_layer(self) -> str:
+        """``InfiniBand``, ``Ethernet`` or ``""``."""
+        return self._link_layer
+
+    def _open_files(self, directory: Path, names: tuple[str, ...] | list[str]) -> list[_File]:
+        files: list[_File] = []
+        for name in names:
+            path = str(directory / name)
+            fd = -1
+            if self._budget.take():
+                try:
+                    fd = os.open(path, os.O_RDONLY)
+                except OSError:
+                    self._budget.give()
+                    continue
+            elif not Path(path).exists():
+                continue
+            files.append(_File(name, path, fd))
+        return files
+
+    def _scan_dir(self, path: Path) -> _Dir:
+        try:
+            st = path.stat()
+            names = sorted(p.name for p in path.iterdir() if p.name != "lifespan")
+        except OSError:
+            return _Dir(path, None)
+        d = _Dir(path, (st.st_ino, st.st_mtime_ns))
+        d.files = self._open_files(path, names)
+        return d
+
+    def _close_files(self, files: list[_File]) -> None:
+        for f in files:
+            if f.fd >= 0:
+                os.close(f.fd)
+                self._budget.give()
+        files.clear()
+
+    def close(self) -> None:
+        """Release every descriptor this port holds."""
+        self._close_files(self._attrs.files)
+        for d in self._dirs.values():
+            self._close_files(d.files)
+
+    def _refresh_dirs(self) -> None:
+        """Re-list a counter directory whose entries changed (fixture trees, PFC toggles)."""
+        for name, d in self._dirs.items():
+            try:
+                st = d.path.stat()
+            except FileNotFoundError:
+                if name == "counters" and d.signature is not None:
+                    raise PortGoneError(str(d.path)) from None
+                sig = None
+            else:
+                sig = (st.st_ino, st.st_mtime_ns)
+            if sig != d.signature:
+                self._close_files(d.files)
+                self._dirs[name] = self._scan_dir(d.path)
+
+    @staticmethod
+    def _read(f: _File) -> bytes:
+        if f.fd >= 0:
+            return os.pread(f.fd, _READ_SIZE, 0)
+        fd = os.open(f.path, os.O_RDONLY)
+        try:
+            return os.read(fd, _READ_SIZE)
+        finally:
+            os.close(fd)
+
+    def _read_values(self, d: _Dir, out: dict[str, int], errors: list[str]) -> None:
+        for f in d.files:
+            try:
+                raw = self._read(f)
+            except FileNotFoundError:
+                # Over-budget file removed: only this counter is gone.
+                d.signature = None
+                continue
+            except OSError as exc:
+                if exc.errno == errno.ENODEV:
+                    raise PortGoneError(f.path) from None
+                errors.append(f"{f.path}: {exc.strerror}")
+                continue
+            try:
+                value = parse_counter(raw, f.path)
+            except ParseError as exc:
+                errors.append(str(exc))
+                continue
+            if value is not None:
+                out[f.name] = value
+
+    def _parse_attr(
+        self,
+        attrs: dict[str, str],
+        name: str,
+        parse: Callable[[str, str], T],
+        errors: list[str],
+    ) -> T | None:
+        if name not in attrs:
+            return None
+        try:
+            return parse(attrs[name], f"{self.ref.path}/{name}")
+        except ParseError as exc:
+            errors.append(str(exc))
+            return None
+
+    def read(self) -> PortSample:
+        """Read the port now.
+
+        Raises:
+            PortGoneError: the port went away (the caller drops this reader).
+        """
+        try:
+            self.ref.path.stat()
+        except FileNotFoundError:
+            raise PortGoneError(str(self.ref.path)) from None
+        self._refresh_dirs()
+        errors: list[str] = []
+        attrs: dict[str, str] = {}
+        for f in self._attrs.files:
+            try:
+                attrs[f.name] = self._read(f).decode("utf-8", "replace").strip()
+            except OSError as exc:
+                if exc.errno == errno.ENODEV:
+                    raise PortGoneError(f.path) from None
+                errors.append(f"{f.path}: {exc.strerror}")
+        state = self._parse_attr(attrs, "state", parse_state, errors)
+        phys = self._parse_attr(attrs, "phys_state", parse_state, errors)
+        rate = self._parse_attr(attrs, "rate", parse_rate, errors)
+        counters: dict[str, int] = {}
+        hw: dict[str, int] = {}
+        self._read_values(self._dirs["counters"], counters, errors)
+        hw_dir = self._dirs["hw_counters"]
+        self._read_values(hw_dir, hw, errors)
+        return PortSample(
+            device=self.ref.device,
+            port=self.ref.port,
+            link_layer=self._link_layer,
+            state=state,
+            phys_state=phys,
+            rate_bps=rate,
+            counters=counters,
+            hw_counters=hw,
+            has_hw_counters=hw_dir.signature is not None,
+            errors=errors,
+        )
