@@ -9,9 +9,10 @@ Adding a collector is adding a module that defines a ``FACTORY``
 from __future__ import annotations
 
 from fabricwatch.collector import CollectorFactory, Registry
+from fabricwatch.collectors.gpu import FACTORY as GPU
 
 
 def builtin_registry() -> Registry:
     """A fresh name -> factory mapping of every built-in collector."""
-    factories: list[CollectorFactory[object]] = []  # type: ignore[type-var]
+    factories: list[CollectorFactory[object]] = [GPU]  # type: ignore[type-var]
     return {f.name: f for f in factories}

@@ -1,0 +1,76 @@
+"""GPU collector over NVML: activity, power, clocks, NVLink per link, XIDs, fabric clique, jobs.
+
+Only :mod:`._facade` imports ``pynvml``. With no driver the collector starts,
+logs the reason once and reports itself absent until NVML appears.
+:class:`SimulatedGPUs` stands in for NVML in tests and ``fabricwatch demo``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fabricwatch.collector import Collector, CollectorEnv, CollectorFactory
+
+from ._collector import SPECS, GpuCollector, GpuSettings, GpuStatus
+from ._facade import PynvmlBackend
+from ._jobs import JobRef, resolve_job
+from ._sim import PROFILES, Activity, ModelProfile, ScenarioClock, SimulatedGPUs
+from ._types import (
+    EventKind,
+    FabricInfo,
+    FabricState,
+    GpuBackend,
+    GpuEvent,
+    GpuIdentity,
+    GpuLost,
+    GpuSample,
+    LinkSample,
+    NvmlUnavailable,
+)
+
+__all__ = [
+    "FACTORY",
+    "PROFILES",
+    "SPECS",
+    "Activity",
+    "EventKind",
+    "FabricInfo",
+    "FabricState",
+    "GpuBackend",
+    "GpuCollector",
+    "GpuEvent",
+    "GpuIdentity",
+    "GpuLost",
+    "GpuSample",
+    "GpuSettings",
+    "GpuStatus",
+    "JobRef",
+    "LinkSample",
+    "ModelProfile",
+    "NvmlUnavailable",
+    "PynvmlBackend",
+    "ScenarioClock",
+    "SimulatedGPUs",
+    "create",
+    "resolve_job",
+]
+
+
+def create(settings: GpuSettings, env: CollectorEnv) -> Collector:
+    """Build the collector over NVML, or over idle simulated GPUs when configured."""
+    backend: GpuBackend
+    if settings.backend == "simulated":
+        backend = SimulatedGPUs(settings.simulated_model, settings.simulated_count, env.monotonic)
+    else:
+        backend = PynvmlBackend(monotonic=env.monotonic)
+    return GpuCollector(settings, env, backend)
+
+
+# Typed loosely so the registry's list accepts it next to other collectors' factories.
+FACTORY: CollectorFactory[Any] = CollectorFactory(
+    name="gpu",
+    settings=GpuSettings,
+    create=create,
+    description="NVIDIA GPUs over NVML: activity, power, NVLink, XIDs, fabric clique, jobs.",
+    default_enabled=True,
+)

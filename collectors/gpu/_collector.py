@@ -1,0 +1,628 @@
+"""The GPU collector: NVML (or the simulator) -> readings, every cycle, never blocking the loop."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import structlog
+
+from fabricwatch.collector import CollectorEnv, CollectorSettings
+from fabricwatch.errors import CollectorError
+from fabricwatch.readings import MetricKind, MetricSpec, Reading
+from fabricwatch.settings import option
+
+from ._facade import CallBusy, CallTimeout, NvmlFacade
+from ._jobs import JobResolver
+from ._types import (
+    EventKind,
+    FabricInfo,
+    GpuBackend,
+    GpuEvent,
+    GpuIdentity,
+    GpuLost,
+    GpuSample,
+    NvmlUnavailable,
+)
+
+NAME = "gpu"
+
+GAUGE = MetricKind.GAUGE
+COUNTER = MetricKind.COUNTER
+_G = ("gpu",)
+_GL = ("gpu", "link")
+
+
+def _spec(name: str, kind: MetricKind, help: str, labels: tuple[str, ...] = _G) -> MetricSpec:
+    return MetricSpec(f"fabricwatch_gpu_{name}", kind, help, labels)
+
+
+# Families of docs/signals.md first (exact names, kinds, label order), then the rest.
+UTILIZATION = _spec(
+    "utilization_ratio",
+    GAUGE,
+    "NVML utilization.gpu, 0-1 (time-based: stays high in hung collectives).",
+)
+SM_ACTIVE = _spec("sm_active_ratio", GAUGE, "GPM SM activity, 0-1 (Hopper and newer).")
+POWER = _spec("power_watts", GAUGE, "Power draw in watts.")
+POWER_LIMIT = _spec("power_limit_watts", GAUGE, "Enforced power limit in watts.")
+MEMORY_USED = _spec("memory_used_bytes", GAUGE, "Framebuffer memory used in bytes.")
+PROCESSES = _spec("compute_processes", GAUGE, "Number of compute processes on the GPU.")
+HEALTHY = _spec("healthy", GAUGE, "1 healthy, 0 lost or failed.")
+XID = _spec("xid_errors", COUNTER, "XID critical-error events seen.", ("gpu", "xid"))
+NVLINK_TX = _spec("nvlink_transmit_bytes", COUNTER, "NVLink data bytes transmitted.", _GL)
+NVLINK_RX = _spec("nvlink_receive_bytes", COUNTER, "NVLink data bytes received.", _GL)
+NVLINK_ERRORS = _spec(
+    "nvlink_errors",
+    COUNTER,
+    "NVLink errors by type (crc, replay, recovery, recovery_failed).",
+    ("gpu", "link", "type"),
+)
+NVLINK_UP = _spec("nvlink_up", GAUGE, "NVLink state: 1 active, 0 down.", _GL)
+INFO = _spec("info", GAUGE, "GPU identity (value 1).", ("gpu", "uuid", "model", "pci_bus_id"))
+JOB_INFO = _spec(
+    "job_info", GAUGE, "Job owning the GPU's compute processes (value 1).", ("gpu", "job")
+)
+
+MEMORY_UTILIZATION = _spec("memory_utilization_ratio", GAUGE, "NVML utilization.memory, 0-1.")
+SM_OCCUPANCY = _spec("sm_occupancy_ratio", GAUGE, "GPM warp occupancy, 0-1 (Hopper and newer).")
+TENSOR_ACTIVE = _spec(
+    "tensor_active_ratio", GAUGE, "GPM tensor-core activity, 0-1 (Hopper and newer)."
+)
+DRAM_ACTIVE = _spec(
+    "dram_active_ratio", GAUGE, "GPM DRAM bandwidth utilization, 0-1 (Hopper and newer)."
+)
+ENERGY = _spec("energy_joules", COUNTER, "Energy consumed since the driver loaded, in joules.")
+SM_CLOCK = _spec("sm_clock_hertz", GAUGE, "SM clock in hertz.")
+MEMORY_CLOCK = _spec("memory_clock_hertz", GAUGE, "Memory clock in hertz.")
+CLOCK_EVENT = _spec(
+    "clock_event_active",
+    GAUGE,
+    "1 while a clock-event (throttle) reason is active.",
+    ("gpu", "reason"),
+)
+MEMORY_TOTAL = _spec("memory_total_bytes", GAUGE, "Framebuffer memory size in bytes.")
+TEMPERATURE = _spec("temperature_celsius", GAUGE, "GPU core temperature in degrees Celsius.")
+MEMORY_TEMPERATURE = _spec(
+    "memory_temperature_celsius", GAUGE, "HBM temperature in degrees Celsius."
+)
+PCIE_TX = _spec("pcie_transmit_bytes", COUNTER, "PCIe bytes transmitted.")
+PCIE_RX = _spec("pcie_receive_bytes", COUNTER, "PCIe bytes received.")
+PCIE_REPLAYS = _spec(
+    "pcie_replays", COUNTER, "PCIe replay counter (alert on its rate, not its value)."
+)
+ECC_ERRORS = _spec(
+    "ecc_errors", COUNTER, "Volatile ECC errors by type (corrected, uncorrected).", ("gpu", "type")
+)
+REMAPPED_ROWS = _spec(
+    "remapped_rows",
+    GAUGE,
+    "Remapped memory rows by cause (correctable, uncorrectable).",
+    ("gpu", "type"),
+)
+REMAP_PENDING = _spec("row_remap_pending", GAUGE, "1 when a row remap waits for a GPU reset.")
+REMAP_FAILURE = _spec("row_remap_failure", GAUGE, "1 when a row remap failed.")
+RECOVERY_ACTION = _spec(
+    "recovery_action",
+    GAUGE,
+    "NVML recovery action: 0 none, 1 GPU reset, 2 node reboot, 3 drain P2P, 4 drain+reset.",
+)
+CRITICAL_EVENTS = _spec(
+    "critical_events", COUNTER, "Critical NVML events other than XIDs, by type.", ("gpu", "type")
+)
+FABRIC_INFO = _spec(
+    "fabric_info",
+    GAUGE,
+    "NVLink fabric registration (value 1); clique = <clusterUUID>.<cliqueId> (gpu.clique).",
+    ("gpu", "clique", "fabric_state"),
+)
+STALE = _spec("sample_stale", GAUGE, "1 while NVML calls for this GPU hang; last values are kept.")
+STUCK = MetricSpec(
+    "fabricwatch_gpu_nvml_stuck_calls",
+    GAUGE,
+    "NVML calls that outlived their timeout and still run.",
+)
+
+SPECS: tuple[MetricSpec, ...] = (
+    UTILIZATION, SM_ACTIVE, POWER, POWER_LIMIT, MEMORY_USED, PROCESSES, HEALTHY, XID,
+    NVLINK_TX, NVLINK_RX, NVLINK_ERRORS, NVLINK_UP, INFO, JOB_INFO,
+    MEMORY_UTILIZATION, SM_OCCUPANCY, TENSOR_ACTIVE, DRAM_ACTIVE, ENERGY, SM_CLOCK, MEMORY_CLOCK,
+    CLOCK_EVENT, MEMORY_TOTAL, TEMPERATURE, MEMORY_TEMPERATURE, PCIE_TX, PCIE_RX, PCIE_REPLAYS,
+    ECC_ERRORS, REMAPPED_ROWS, REMAP_PENDING, REMAP_FAILURE, RECOVERY_ACTION, CRITICAL_EVENTS,
+    FABRIC_INFO, STALE, STUCK,
+)  # fmt: skip
+
+# nvmlClocksEventReason* bits -> label.
+CLOCK_EVENT_REASONS: tuple[tuple[int, str], ...] = (
+    (0x1, "gpu_idle"),
+    (0x2, "applications_clocks_setting"),
+    (0x4, "sw_power_cap"),
+    (0x8, "hw_slowdown"),
+    (0x10, "sync_boost"),
+    (0x20, "sw_thermal_slowdown"),
+    (0x40, "hw_thermal_slowdown"),
+    (0x80, "hw_power_brake_slowdown"),
+    (0x100, "display_clock_setting"),
+)
+
+# Simple gauges: (spec, GpuSample attribute).
+_GAUGES: tuple[tuple[MetricSpec, str], ...] = (
+    (UTILIZATION, "utilization"),
+    (MEMORY_UTILIZATION, "memory_utilization"),
+    (SM_ACTIVE, "sm_active"),
+    (SM_OCCUPANCY, "sm_occupancy"),
+    (TENSOR_ACTIVE, "tensor_active"),
+    (DRAM_ACTIVE, "dram_active"),
+    (POWER, "power_watts"),
+    (POWER_LIMIT, "power_limit_watts"),
+    (SM_CLOCK, "sm_clock_hz"),
+    (MEMORY_CLOCK, "memory_clock_hz"),
+    (MEMORY_USED, "memory_used_bytes"),
+    (MEMORY_TOTAL, "memory_total_bytes"),
+    (TEMPERATURE, "temperature_celsius"),
+    (MEMORY_TEMPERATURE, "memory_temperature_celsius"),
+    (REMAP_PENDING, "remap_pending"),
+    (REMAP_FAILURE, "remap_failure"),
+    (RECOVERY_ACTION, "recovery_action"),
+)
+_COUNTERS: tuple[tuple[MetricSpec, str], ...] = (
+    (ENERGY, "energy_joules"),
+    (PCIE_TX, "pcie_tx_bytes"),
+    (PCIE_RX, "pcie_rx_bytes"),
+    (PCIE_REPLAYS, "pcie_replays"),
+)
+
+
+@dataclass(kw_only=True)
+class GpuSettings(CollectorSettings):
+    """``[collectors.gpu]``: NVML GPU, NVLink, XID and job telemetry."""
+
+    backend: Literal["nvml", "simulated"] = option(
+        "nvml", "nvml (the driver's libnvidia-ml) or simulated (idle simulated GPUs, for demos)."
+    )
+    simulated_model: Literal["A100", "H100", "H200", "B200"] = option(
+        "H100", "GPU model of the simulated backend."
+    )
+    simulated_count: int = option(8, "Number of simulated GPUs.", min=1, max=64)
+    call_timeout: float = option(
+        2.0,
+        "A GPU whose NVML reads take longer is marked stale; its last values stay (seconds).",
+        min=0.05,
+        max=60.0,
+        duration=True,
+    )
+    workers: int = option(
+        4, "Threads making NVML calls (bounded; a hung call holds one).", min=1, max=16
+    )
+    retry_interval: float = option(
+        60.0,
+        "While NVML is unavailable, retry initialising it this often (seconds).",
+        min=1.0,
+        max=3600.0,
+        duration=True,
+    )
+    lost_retry_interval: float = option(
+        30.0, "Re-read a lost GPU this often (seconds).", min=1.0, max=3600.0, duration=True
+    )
+    fabric_interval: float = option(
+        60.0,
+        "Re-read NVLink fabric (clique) info this often (seconds).",
+        min=1.0,
+        max=86400.0,
+        duration=True,
+    )
+    events: bool = option(True, "Watch XID and other critical NVML events in a dedicated thread.")
+    jobs: bool = option(
+        True, "Attribute compute processes to Slurm jobs, Kubernetes pods or systemd units."
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class GpuStatus:
+    """What the collector currently knows about one GPU (for the engine and incidents).
+
+    Attributes:
+        identity: index, UUID, model, PCI bus ID.
+        healthy: False once NVML reported the GPU lost.
+        stale: True while its reads hang; ``sample`` is then the last good one.
+        sample: the last good sample, if any.
+        jobs: jobs of its compute processes (``slurm:123``...).
+        fabric: last fabric registration read.
+        age: seconds since the last good sample (None before the first).
+    """
+
+    identity: GpuIdentity
+    healthy: bool
+    stale: bool
+    sample: GpuSample | None
+    jobs: tuple[str, ...]
+    fabric: FabricInfo | None
+    age: float | None
+
+
+@dataclass(slots=True)
+class _Gpu:
+    identity: GpuIdentity
+    label: str
+    info: tuple[str, ...]
+    healthy: bool = True
+    stale: bool = False
+    sample: GpuSample | None = None
+    last_ok: float | None = None
+    retry_at: float = 0.0
+    fabric: FabricInfo | None = None
+    fabric_next: float = 0.0
+    jobs: tuple[str, ...] = ()
+    warned: bool = False
+
+
+class _EventCounts:
+    """Per-series event counters that first appear at 0, so the first event has a rate.
+
+    A counter series born at 1 gives the rate tracker nothing to diff against;
+    a new series is exported at 0 for one cycle and its events follow next cycle.
+    """
+
+    def __init__(self) -> None:
+        self.counts: dict[tuple[str, str], float] = {}
+        self.pending: dict[tuple[str, str], float] = {}
+
+    def add(self, key: tuple[str, str]) -> None:
+        if key in self.counts:
+            self.counts[key] += 1
+        else:
+            self.pending[key] = self.pending.get(key, 0.0) + 1
+
+    def readings(self, name: str, epoch: int) -> list[Reading]:
+        out: list[Reading] = []
+        for key in list(self.pending):
+            if key in self.counts:
+                self.counts[key] += self.pending.pop(key)
+            else:
+                self.counts[key] = 0.0
+        for key, value in self.counts.items():
+            out.append(Reading(name, key, value, epoch=epoch))
+        return out
+
+
+class GpuCollector:
+    """Per-GPU activity, power, clocks, memory, PCIe, ECC, NVLink per link, XIDs, fabric, jobs.
+
+    With no driver the collector still starts: it logs the reason once, raises
+    :class:`CollectorError` from :meth:`collect` (so ``fabricwatch_collector_up``
+    reads 0) and retries initialisation every ``retry_interval`` seconds.
+    """
+
+    def __init__(self, settings: GpuSettings, env: CollectorEnv, backend: GpuBackend) -> None:
+        self._settings = settings
+        self._env = env
+        self._backend = backend
+        self._facade = NvmlFacade(backend, workers=settings.workers, timeout=settings.call_timeout)
+        self._log = structlog.get_logger("fabricwatch.collectors.gpu").bind(collector=NAME)
+        self._jobs = JobResolver(env.proc_root)
+        self._gpus: list[_Gpu] = []
+        self._present = False
+        self._absent_reason = "not started"
+        self._absent_logged = False
+        self._next_init = 0.0
+        self._epoch = 0
+        self._xids = _EventCounts()
+        self._critical = _EventCounts()
+        self._recent: deque[GpuEvent] = deque(maxlen=256)
+        self._event_errors: deque[str] = deque(maxlen=16)
+
+    @property
+    def name(self) -> str:
+        """``gpu``."""
+        return NAME
+
+    @property
+    def present(self) -> bool:
+        """Whether NVML is initialised and GPUs were found."""
+        return self._present
+
+    @property
+    def absent_reason(self) -> str:
+        """Why NVML is not available ("" when present)."""
+        return "" if self._present else self._absent_reason
+
+    @property
+    def facade(self) -> NvmlFacade:
+        """The facade (thread and stuck-call counts, for checks and benchmarks)."""
+        return self._facade
+
+    def metrics(self) -> Sequence[MetricSpec]:
+        """Every family this collector may produce."""
+        return SPECS
+
+    def state(self) -> tuple[GpuStatus, ...]:
+        """Current knowledge per GPU (PIDs are in ``sample.pids``, never in labels)."""
+        now = self._env.monotonic()
+        return tuple(
+            GpuStatus(
+                g.identity,
+                g.healthy,
+                g.stale,
+                g.sample,
+                g.jobs,
+                g.fabric,
+                None if g.last_ok is None else now - g.last_ok,
+            )
+            for g in self._gpus
+        )
+
+    def recent_events(self) -> tuple[GpuEvent, ...]:
+        """The last critical events (XIDs...) received, oldest first (bounded)."""
+        return tuple(self._recent)
+
+    def clique(self) -> str:
+        """The node's ``nvidia.com/gpu.clique`` value: set only when every GPU agrees."""
+        cliques = {g.fabric.clique if g.fabric else "" for g in self._gpus}
+        if len(cliques) == 1:
+            return cliques.pop()
+        return ""
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Initialise NVML; absence is a state (logged once), not an error."""
+        await self._try_init()
+
+    async def close(self) -> None:
+        """Stop the event thread, free NVML unless a thread is still stuck inside it."""
+        await self._teardown()
+        if not self._facade.close(timeout=1.0):
+            self._log.warning(
+                "nvml_calls_still_running_at_close",
+                stuck=self._facade.stuck,
+                detail="skipping nvmlShutdown while a thread is inside NVML",
+            )
+
+    async def _teardown(self) -> None:
+        was_present = self._present
+        self._present = False
+        if not self._facade.stop_events(timeout=2.0):
+            self._log.warning("nvml_event_thread_still_running")
+        if not was_present:
+            return
+        try:
+            await self._facade.call("events", self._backend.close_events)
+            await self._facade.call("init", self._backend.shutdown)
+        except (CallBusy, CallTimeout):
+            self._log.warning("nvml_shutdown_hung")
+        except Exception as exc:  # noqa: BLE001 - shutdown is best effort
+            self._log.warning("nvml_shutdown_failed", error=str(exc))
+
+    def _set_absent(self, reason: str) -> None:
+        self._present = False
+        self._absent_reason = reason
+        self._next_init = self._env.monotonic() + self._settings.retry_interval
+        if not self._absent_logged:
+            self._absent_logged = True
+            self._log.warning(
+                "nvml_absent",
+                reason=reason,
+                retry_seconds=self._settings.retry_interval,
+                detail="GPU collector reports absent (collector_up 0) and retries",
+            )
+        else:
+            self._log.debug("nvml_still_absent", reason=reason)
+
+    async def _try_init(self) -> None:
+        self._next_init = self._env.monotonic() + self._settings.retry_interval
+        initialised = False
+        try:
+            await self._facade.call("init", self._backend.init)
+            initialised = True
+            identities = await self._facade.call("init", self._backend.devices)
+        except NvmlUnavailable as exc:
+            if initialised:
+                await self._quiet_shutdown()
+            self._set_absent(str(exc))
+            return
+        except CallTimeout:
+            self._set_absent(
+                f"NVML did not answer within {self._settings.call_timeout:g}s (driver hang?)"
+            )
+            return
+        except CallBusy:
+            self._set_absent("an earlier NVML initialisation is still hanging")
+            return
+        except Exception as exc:  # noqa: BLE001 - a broken library must not crash the daemon
+            if initialised:
+                await self._quiet_shutdown()
+            self._set_absent(f"NVML initialisation failed: {exc!r}")
+            return
+        self._gpus = [
+            _Gpu(
+                ident,
+                str(ident.index),
+                (str(ident.index), ident.uuid, ident.model, ident.pci_bus_id),
+            )
+            for ident in identities
+        ]
+        self._present = True
+        self._epoch += 1
+        self._absent_logged = False
+        self._log.info(
+            "nvml_ready",
+            gpus=len(identities),
+            models=sorted({i.model for i in identities}),
+        )
+        no_persistence = [i.index for i in identities if i.persistence_mode is False]
+        if no_persistence:
+            self._log.warning(
+                "nvml_persistence_mode_off",
+                gpus=no_persistence,
+                detail="every NVML call may re-initialise the GPU; run nvidia-smi -pm 1",
+            )
+        if self._settings.events:
+            await self._open_events()
+
+    async def _quiet_shutdown(self) -> None:
+        with contextlib.suppress(Exception):  # best effort after a failed init
+            await self._facade.call("init", self._backend.shutdown)
+
+    async def _open_events(self) -> None:
+        try:
+            ok = await self._facade.call("events", self._backend.open_events)
+        except Exception as exc:  # noqa: BLE001 - events are optional
+            self._log.warning("nvml_events_unavailable", error=str(exc))
+            return
+        if ok:
+            self._facade.start_events(self._event_errors.append)
+        else:
+            self._log.warning("nvml_events_unavailable", error="no event type supported")
+
+    # -- collection -----------------------------------------------------------------------
+
+    async def collect(self) -> Sequence[Reading]:
+        """One cycle: sample every GPU concurrently (bounded), drain events, build readings."""
+        if not self._present:
+            if self._env.monotonic() >= self._next_init and not self._facade.busy("init"):
+                await self._try_init()
+            if not self._present:
+                raise CollectorError(f"NVML not available: {self._absent_reason}")
+        while self._event_errors:
+            self._log.warning("nvml_event_watch_error", error=self._event_errors.popleft())
+        try:
+            await asyncio.gather(*(self._sample(g) for g in self._gpus))
+        except NvmlUnavailable as exc:
+            await self._teardown()
+            self._set_absent(str(exc))
+            raise CollectorError(f"NVML not available: {exc}") from None
+        for ev in self._facade.drain_events():
+            self._on_event(ev)
+        return self._readings()
+
+    async def _sample(self, g: _Gpu) -> None:
+        now = self._env.monotonic()
+        if not g.healthy and now < g.retry_at:
+            return
+        fabric = now >= g.fabric_next
+        fn = functools.partial(self._backend.sample, g.identity.index, fabric=fabric)
+        try:
+            s = await self._facade.call(g.identity.index, fn)
+        except (CallBusy, CallTimeout):
+            g.stale = True
+            if not g.warned:
+                g.warned = True
+                self._log.warning(
+                    "nvml_call_hung",
+                    gpu=g.label,
+                    timeout=self._settings.call_timeout,
+                    detail="keeping last values and marking the GPU stale",
+                )
+            return
+        except GpuLost as exc:
+            if g.healthy:
+                self._log.error("gpu_lost", gpu=g.label, uuid=g.identity.uuid, error=str(exc))
+            g.healthy = False
+            g.stale = False
+            g.retry_at = now + self._settings.lost_retry_interval
+            return
+        except NvmlUnavailable:
+            raise
+        except Exception as exc:  # noqa: BLE001 - garbage from the driver must not crash us
+            g.stale = True
+            self._log.warning("nvml_sample_failed", gpu=g.label, error=repr(exc))
+            return
+        if not g.healthy:
+            self._log.info("gpu_recovered", gpu=g.label, uuid=g.identity.uuid)
+        if g.stale:
+            self._log.info("nvml_call_recovered", gpu=g.label)
+        g.healthy = True
+        g.stale = False
+        g.warned = False
+        g.sample = s
+        g.last_ok = now
+        if s.fabric is not None:
+            g.fabric = s.fabric
+            g.fabric_next = now + self._settings.fabric_interval
+        if self._settings.jobs and s.pids is not None:
+            g.jobs = tuple(self._jobs.jobs(s.pids))
+
+    def _on_event(self, ev: GpuEvent) -> None:
+        self._recent.append(ev)
+        gpu = str(ev.gpu) if ev.gpu >= 0 else "unknown"
+        if ev.kind is EventKind.XID:
+            self._xids.add((gpu, str(ev.code)))
+        else:
+            self._critical.add((gpu, ev.kind.value))
+        self._log.warning("gpu_critical_event", gpu=gpu, kind=ev.kind.value, code=ev.code)
+
+    def _readings(self) -> list[Reading]:
+        out: list[Reading] = []
+        epoch = self._epoch
+        all_pids: list[int] = []
+        for g in self._gpus:
+            gl = g.label
+            out.append(Reading(INFO.name, g.info, 1.0))
+            out.append(Reading(HEALTHY.name, (gl,), 1.0 if g.healthy else 0.0))
+            out.append(Reading(STALE.name, (gl,), 1.0 if g.stale else 0.0))
+            s = g.sample
+            if g.fabric is not None:
+                out.append(
+                    Reading(FABRIC_INFO.name, (gl, g.fabric.clique, g.fabric.state.label), 1.0)
+                )
+            if not g.healthy or g.stale or s is None:
+                # Last good values stay in the store; counters are not repeated, so a
+                # hung read never looks like traffic dropping to zero.
+                if s is not None and s.pids:
+                    all_pids.extend(s.pids)
+                continue
+            self._sample_readings(out, gl, s, epoch)
+            if s.pids is not None:
+                all_pids.extend(s.pids)
+                out.append(Reading(PROCESSES.name, (gl,), float(len(s.pids))))
+            for job in g.jobs:
+                out.append(Reading(JOB_INFO.name, (gl, job), 1.0))
+        if self._settings.jobs:
+            self._jobs.retain(all_pids)
+        out.extend(self._xids.readings(XID.name, epoch))
+        out.extend(self._critical.readings(CRITICAL_EVENTS.name, epoch))
+        out.append(Reading(STUCK.name, (), float(self._facade.stuck)))
+        return out
+
+    @staticmethod
+    def _sample_readings(out: list[Reading], gl: str, s: GpuSample, epoch: int) -> None:
+        lab = (gl,)
+        for spec, attr in _GAUGES:
+            v: Any = getattr(s, attr)
+            if v is not None:
+                out.append(Reading(spec.name, lab, float(v)))
+        for spec, attr in _COUNTERS:
+            v = getattr(s, attr)
+            if v is not None:
+                out.append(Reading(spec.name, lab, float(v), epoch=epoch))
+        if s.clock_event_reasons is not None:
+            bits = s.clock_event_reasons
+            for mask, reason in CLOCK_EVENT_REASONS:
+                out.append(Reading(CLOCK_EVENT.name, (gl, reason), 1.0 if bits & mask else 0.0))
+        if s.ecc_corrected is not None:
+            out.append(Reading(ECC_ERRORS.name, (gl, "corrected"), s.ecc_corrected, epoch=epoch))
+        if s.ecc_uncorrected is not None:
+            out.append(
+                Reading(ECC_ERRORS.name, (gl, "uncorrected"), s.ecc_uncorrected, epoch=epoch)
+            )
+        if s.remapped_correctable is not None:
+            out.append(Reading(REMAPPED_ROWS.name, (gl, "correctable"), s.remapped_correctable))
+        if s.remapped_uncorrectable is not None:
+            out.append(Reading(REMAPPED_ROWS.name, (gl, "uncorrectable"), s.remapped_uncorrectable))
+        for ln in s.links:
+            ll = (gl, str(ln.link))
+            if ln.up is not None:
+                out.append(Reading(NVLINK_UP.name, ll, 1.0 if ln.up else 0.0))
+            if ln.tx_bytes is not None:
+                out.append(Reading(NVLINK_TX.name, ll, ln.tx_bytes, epoch=epoch))
+            if ln.rx_bytes is not None:
+                out.append(Reading(NVLINK_RX.name, ll, ln.rx_bytes, epoch=epoch))
+            for kind, value in ln.errors.items():
+                out.append(
+                    Reading(NVLINK_ERRORS.name, (gl, str(ln.link), kind), value, epoch=epoch)
+                )
