@@ -1,0 +1,72 @@
+"""Attribution: the cause with the strongest evidence wins, with a confidence.
+
+Weak evidence gives ``unknown``, never a guess. Missing evidence groups lower
+the confidence of whatever wins.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from fabricwatch.engine.evidence import NO_CULPRIT, Culprit, Evidence
+from fabricwatch.engine.signals import FAMILY_GROUPS
+
+# Ties go to the more specific, more causal finding.
+PRECEDENCE = (
+    "link_down",
+    "gpu_fault",
+    "nvlink_degraded",
+    "pfc_storm",
+    "storage_latency",
+    "checkpoint_write",
+    "ecn_congestion",
+)
+_RANK = {c: i for i, c in enumerate(PRECEDENCE)}
+_EVIDENCE_GROUPS = len(FAMILY_GROUPS) - 1  # gpu_work is the stall signal itself
+
+
+@dataclass(frozen=True, slots=True)
+class Attribution:
+    """The verdict on one stall."""
+
+    cause: str
+    confidence: float
+    culprit: Culprit
+    score: float
+    evidence: tuple[Evidence, ...]
+
+
+def attribute(
+    evidence: Sequence[Evidence], missing: Sequence[str], *, min_evidence: float
+) -> Attribution:
+    """Pick the cause from scored evidence (strongest first or not)."""
+    best: dict[str, Evidence] = {}
+    support: dict[str, int] = {}
+    for e in evidence:
+        cur = best.get(e.cause)
+        if cur is None or e.score > cur.score:
+            best[e.cause] = e
+        if e.score >= min_evidence:
+            support[e.cause] = support.get(e.cause, 0) + 1
+    scores: dict[str, float] = {}
+    for cause, e in best.items():
+        # Independent corroboration (a second family agreeing) adds a little.
+        bonus = 0.03 if support.get(cause, 0) >= 2 else 0.0
+        scores[cause] = min(0.99, e.score + bonus)
+    ranked = sorted(scores, key=lambda c: (-scores[c], _RANK.get(c, 99)))
+    ranked_ev = tuple(e for e in evidence if e.score >= 0.3)
+    if not ranked or scores[ranked[0]] < min_evidence:
+        return Attribution(
+            "unknown", 0.0, NO_CULPRIT, scores[ranked[0]] if ranked else 0.0, ranked_ev
+        )
+    winner = ranked[0]
+    # Slow storage explains a checkpoint that takes too long: latency beats volume.
+    if winner == "checkpoint_write" and scores.get("storage_latency", 0.0) >= min_evidence:
+        winner = "storage_latency"
+    top = scores[winner]
+    runner = max((scores[c] for c in ranked if c != winner), default=0.0)
+    coverage = 1.0 - len(missing) / _EVIDENCE_GROUPS
+    confidence = top * (0.75 + 0.25 * coverage) * (1.0 - 0.25 * min(1.0, runner / top))
+    ordered = tuple(sorted(ranked_ev, key=lambda e: (e.cause != winner, -e.score)))
+    return Attribution(winner, round(confidence, 3), best[winner].culprit, top, ordered)

@@ -1,0 +1,377 @@
+"""The correlation engine: stall detection -> evidence -> attribution -> incidents.
+
+:class:`Engine` is tick-driven and reads only the snapshot store, so it gives
+the same result live and in replay for the same store contents and times.
+Transitions are persisted (when a database is given) before ``tick`` returns
+them, so nothing downstream ever sees an incident that is not on disk.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+
+from fabricwatch.engine.attribution import Attribution, attribute
+from fabricwatch.engine.db import IncidentDB
+from fabricwatch.engine.evidence import CAUSES, ScoreContext, collect, missing_groups
+from fabricwatch.engine.incidents import (
+    Incident,
+    IncidentTransition,
+    from_json,
+    incident_key,
+    summarize,
+)
+from fabricwatch.engine.settings import EngineSettings
+from fabricwatch.engine.stall import GpuState, StallDetector
+from fabricwatch.readings import MetricKind, MetricSpec, Reading
+from fabricwatch.store import SnapshotStore
+
+GPU_STALLED = MetricSpec(
+    "fabricwatch_gpu_stalled",
+    MetricKind.GAUGE,
+    "1 while the GPU is stalled in an incident, by cause ('none' when not stalled).",
+    ("gpu", "cause"),
+)
+INCIDENTS_OPENED = MetricSpec(
+    "fabricwatch_incidents_opened",
+    MetricKind.COUNTER,
+    "Incidents opened, by cause at opening.",
+    ("cause",),
+)
+STALL_GPU_SECONDS = MetricSpec(
+    "fabricwatch_stall_gpu_seconds",
+    MetricKind.COUNTER,
+    "GPU-seconds of work lost to incidents, by cause.",
+    ("cause",),
+)
+STALL_COST = MetricSpec(
+    "fabricwatch_stall_cost",
+    MetricKind.COUNTER,
+    "Money lost to incidents (GPU-seconds x cost_per_gpu_hour / 3600), by cause.",
+    ("cause",),
+)
+
+
+@dataclass(slots=True)
+class _Live:
+    incident: Incident
+    onset: float  # monotonic onset of the current episode
+    ended: float | None = None  # monotonic end of the last episode, while resolving
+
+
+@dataclass(slots=True)
+class _Episode:
+    kind: str
+    onset: float
+    last_bad: float
+    gpus: set[str] = field(default_factory=set)
+    gpu_seconds: float = 0.0
+    live: _Live | None = None
+    next_score: float = -math.inf
+
+
+class Engine:
+    """Per-node correlation engine.
+
+    Args:
+        settings: the ``[engine]`` settings.
+        store_reader: the snapshot store the pipeline fills.
+        node: this node's name (in incidents and keys).
+        db: where transitions are persisted before ``tick`` returns them.
+    """
+
+    def __init__(
+        self,
+        settings: EngineSettings,
+        store_reader: SnapshotStore,
+        node: str,
+        db: IncidentDB | None = None,
+    ) -> None:
+        self.settings = settings
+        self.store = store_reader
+        self.node = node
+        self.db = db
+        self.detector = StallDetector(settings)
+        self._live: dict[str, _Live] = {}
+        self._stall: _Episode | None = None
+        self._slow: _Episode | None = None
+        self._last_tick: float | None = None
+        self._offset = 0.0
+        self._opened: dict[str, float] = dict.fromkeys(CAUSES, 0.0)
+        self._gpu_seconds: dict[str, float] = dict.fromkeys(CAUSES, 0.0)
+        self._restored = False
+
+    # -- public surface -------------------------------------------------
+
+    def tick(self, now_monotonic: float, now_wall: float) -> list[IncidentTransition]:
+        """Advance the engine to ``now``; return (persisted) incident transitions."""
+        s = self.settings
+        now = now_monotonic
+        self._offset = now_wall - now_monotonic
+        dt = s.tick if self._last_tick is None else min(max(now - self._last_tick, 0.0), 5 * s.tick)
+        self._last_tick = now
+        out: list[IncidentTransition] = []
+        if not self._restored:
+            self._restored = True
+            self._restore(now)
+        self.detector.observe(self.store, now, dt)
+        stalled = self.detector.stalled()
+        self._stall = self._step(self._stall, "stall", stalled, now=now, dt=dt, out=out)
+        if self._stall is None:
+            job = self.detector.job_gpus()
+            need = max(1, math.ceil(s.slow_gpus_ratio * len(job)))
+            slow = [g for g in job if g.slow]
+            self._slow = self._step(
+                self._slow, "slowdown", slow if len(slow) >= need else [], now=now, dt=dt, out=out
+            )
+        elif self._slow is not None:
+            self._slow = self._step(self._slow, "slowdown", [], now=now, dt=dt, out=out)
+        self._resolve(now, out)
+        if out and self.db is not None:
+            self.db.record(out)
+        return out
+
+    def open_incidents(self) -> list[Incident]:
+        """Incidents not yet resolved, as of the last tick."""
+        return [lv.incident for lv in self._live.values()]
+
+    def metrics(self) -> Sequence[MetricSpec]:
+        """The families :meth:`readings` produces."""
+        specs = [GPU_STALLED, INCIDENTS_OPENED, STALL_GPU_SECONDS]
+        if self.settings.cost_per_gpu_hour > 0:
+            specs.append(STALL_COST)
+        return specs
+
+    def readings(self) -> Sequence[Reading]:
+        """Current values of :meth:`metrics` (counters as running totals)."""
+        out: list[Reading] = []
+        ep = self._stall
+        cause = ep.live.incident.cause if ep is not None and ep.live is not None else None
+        for gpu, st in sorted(self.detector.gpus.items()):
+            stalled = cause is not None and st.stalled
+            out.append(
+                Reading(
+                    GPU_STALLED.name,
+                    (gpu, cause if stalled and cause else "none"),
+                    1.0 if stalled else 0.0,
+                )
+            )
+        price = self.settings.cost_per_gpu_hour
+        for c in CAUSES:
+            out.append(Reading(INCIDENTS_OPENED.name, (c,), self._opened[c]))
+            out.append(Reading(STALL_GPU_SECONDS.name, (c,), self._gpu_seconds[c]))
+            if price > 0:
+                out.append(Reading(STALL_COST.name, (c,), self._gpu_seconds[c] * price / 3600.0))
+        return out
+
+    # -- internals -------------------------------------------------------
+
+    def _wall(self, mono: float) -> float:
+        return mono + self._offset
+
+    def _restore(self, now: float) -> None:
+        """Incidents left open by a previous run resolve unless they recur."""
+        if self.db is None:
+            return
+        for doc in self.db.incidents(node=self.node, state="open"):
+            try:
+                inc = from_json(doc)
+            except (KeyError, ValueError, TypeError):
+                continue
+            self._live[inc.key] = _Live(inc, inc.onset - self._offset, ended=now)
+
+    def _score(self, ep: _Episode, now: float) -> tuple[Attribution, tuple[str, ...]]:
+        s = self.settings
+        ctx = ScoreContext(self.store, s, ep.onset, now)
+        job = [g.gpu for g in self.detector.job_gpus()]
+        evidence = collect(ctx, job)
+        missing = missing_groups(self.store, now, s.sample_max_age)
+        return attribute(evidence, missing, min_evidence=s.min_evidence), tuple(missing)
+
+    def _step(
+        self,
+        ep: _Episode | None,
+        kind: str,
+        bad: list[GpuState],
+        *,
+        now: float,
+        dt: float,
+        out: list[IncidentTransition],
+    ) -> _Episode | None:
+        s = self.settings
+        if not bad:
+            if ep is not None and now - ep.last_bad >= s.end_after:
+                if ep.live is not None:
+                    ep.live.ended = ep.last_bad
+                    inc = ep.live.incident
+                    ep.live.incident = replace(inc, ended_at=self._wall(ep.last_bad))
+                return None
+            return ep
+        if ep is None:
+            onset = min(g.idle_since if kind == "stall" else g.slow_since for g in bad)
+            ep = _Episode(kind, onset, now)
+        grew = not {g.gpu for g in bad} <= ep.gpus
+        ep.gpus.update(g.gpu for g in bad)
+        ep.last_bad = now
+        lost = dt * (len(bad) if kind == "stall" else sum(g.lost_work() for g in bad))
+        ep.gpu_seconds += lost
+        duration = now - ep.onset
+        if ep.live is None:
+            if kind == "stall":
+                if duration < s.min_duration_with_evidence:
+                    return ep
+                attr, missing = self._score(ep, now)
+                strong = attr.cause != "unknown" and attr.score >= s.strong_evidence
+                if duration >= s.min_duration or strong:
+                    self._open(ep, attr, missing, bad, now=now, out=out)
+            elif duration >= s.min_duration and now >= ep.next_score:
+                # Slowdowns without evidence are not incidents (evaluation
+                # phases, data loading): only attributed ones open.
+                attr, missing = self._score(ep, now)
+                ep.next_score = now + s.rescore_every
+                if attr.cause != "unknown":
+                    self._open(ep, attr, missing, bad, now=now, out=out)
+            return ep
+        live = ep.live
+        self._account(live.incident.cause, lost)
+        inc = live.incident
+        inc = replace(
+            inc,
+            gpus=tuple(sorted(set(inc.gpus) | ep.gpus, key=_gpu_order)),
+            gpu_seconds=inc.gpu_seconds + lost,
+        )
+        changed = grew
+        if now >= ep.next_score:
+            ep.next_score = now + s.rescore_every
+            attr, missing = self._score(ep, now)
+            if attr.cause != "unknown" and (
+                attr.cause != inc.cause
+                or attr.culprit.key != inc.culprit.key
+                or abs(attr.confidence - inc.confidence) >= 0.1
+            ):
+                changed = True
+                inc = replace(
+                    inc,
+                    cause=attr.cause,
+                    culprit=attr.culprit,
+                    confidence=attr.confidence,
+                    evidence=attr.evidence[:10],
+                    missing=missing,
+                )
+        inc = self._with_cost(inc)
+        if changed:
+            inc = self._revise(inc, now)
+            out.append(IncidentTransition("updated", self._wall(now), inc))
+        live.incident = inc
+        return ep
+
+    def _with_cost(self, inc: Incident) -> Incident:
+        price = self.settings.cost_per_gpu_hour
+        return replace(inc, cost=inc.gpu_seconds * price / 3600.0 if price > 0 else None)
+
+    def _revise(self, inc: Incident, now: float) -> Incident:
+        end = inc.ended_at if inc.ended_at is not None else self._wall(now)
+        return replace(
+            inc,
+            updated_at=self._wall(now),
+            revision=inc.revision + 1,
+            summary=summarize(
+                kind=inc.kind,
+                gpus=inc.gpus,
+                seconds=end - inc.onset,
+                cause=inc.cause,
+                confidence=inc.confidence,
+                evidence=inc.evidence,
+            ),
+        )
+
+    def _account(self, cause: str, gpu_seconds: float) -> None:
+        self._gpu_seconds[cause] = self._gpu_seconds.get(cause, 0.0) + gpu_seconds
+
+    def _open(
+        self,
+        ep: _Episode,
+        attr: Attribution,
+        missing: tuple[str, ...],
+        bad: list[GpuState],
+        *,
+        now: float,
+        out: list[IncidentTransition],
+    ) -> None:
+        s = self.settings
+        ep.next_score = now + s.rescore_every
+        gpus = tuple(sorted(ep.gpus, key=_gpu_order))
+        jobs = [g.job for g in bad if g.job]
+        job = max(sorted(set(jobs)), key=jobs.count) if jobs else ""
+        # A recurrence of a resolving incident (same kind, cause, culprit) is
+        # the same incident: a flapping link pages once, not forty times.
+        for live in self._live.values():
+            inc = live.incident
+            if (
+                live.ended is not None
+                and inc.kind == ep.kind
+                and inc.cause == attr.cause
+                and inc.culprit.key == attr.culprit.key
+            ):
+                live.ended = None
+                live.onset = ep.onset
+                inc = replace(
+                    inc,
+                    ended_at=None,
+                    episodes=inc.episodes + 1,
+                    gpus=tuple(sorted(set(inc.gpus) | set(gpus), key=_gpu_order)),
+                    gpu_seconds=inc.gpu_seconds + ep.gpu_seconds,
+                )
+                inc = self._revise(self._with_cost(inc), now)
+                live.incident = inc
+                ep.live = live
+                self._account(inc.cause, ep.gpu_seconds)
+                out.append(IncidentTransition("updated", self._wall(now), inc))
+                return
+        onset = self._wall(ep.onset)
+        inc = Incident(
+            key=incident_key(self.node, attr.cause, attr.culprit.key, onset),
+            node=self.node,
+            kind="stall" if ep.kind == "stall" else "slowdown",
+            state="open",
+            cause=attr.cause,
+            confidence=attr.confidence,
+            culprit=attr.culprit,
+            summary="",
+            onset=onset,
+            opened_at=self._wall(now),
+            updated_at=self._wall(now),
+            ended_at=None,
+            resolved_at=None,
+            gpus=gpus,
+            job=job,
+            gpu_seconds=ep.gpu_seconds,
+            cost=None,
+            episodes=1,
+            evidence=attr.evidence[:10],
+            missing=missing,
+            revision=0,
+        )
+        inc = self._revise(self._with_cost(inc), now)
+        live = _Live(inc, ep.onset)
+        self._live[inc.key] = live
+        ep.live = live
+        self._opened[attr.cause] = self._opened.get(attr.cause, 0.0) + 1.0
+        self._account(attr.cause, ep.gpu_seconds)
+        out.append(IncidentTransition("opened", self._wall(now), inc))
+
+    def _resolve(self, now: float, out: list[IncidentTransition]) -> None:
+        hold = self.settings.resolve_hold
+        done = [
+            k for k, lv in self._live.items() if lv.ended is not None and now - lv.ended >= hold
+        ]
+        for key in done:
+            live = self._live.pop(key)
+            inc = replace(live.incident, state="resolved", resolved_at=self._wall(now))
+            inc = self._revise(inc, now)
+            out.append(IncidentTransition("resolved", self._wall(now), inc))
+
+
+def _gpu_order(g: str) -> tuple[int, str]:
+    return (len(g), g)

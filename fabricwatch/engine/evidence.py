@@ -1,0 +1,519 @@
+"""Evidence scorers: one per signal family, each comparing the stall onset
+window with that series' own robust baseline and with absolute thresholds.
+
+A scorer returns zero or more :class:`Evidence` values with a score in 0-1 and
+a sentence for people. Absent families simply produce nothing; which groups
+were absent is reported separately (:func:`missing_groups`) so attribution can
+lower its confidence instead of guessing.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from fabricwatch.engine import signals as sig
+from fabricwatch.engine.settings import EngineSettings
+from fabricwatch.engine.signals import Window, mad, median, window
+from fabricwatch.store import Series, SnapshotStore
+
+CAUSES = (
+    "pfc_storm",
+    "ecn_congestion",
+    "link_down",
+    "nvlink_degraded",
+    "gpu_fault",
+    "checkpoint_write",
+    "storage_latency",
+    "unknown",
+)
+"""Every cause an incident can have."""
+
+# XIDs that mean the GPU itself failed (NVIDIA XID catalogue): double-bit ECC,
+# fallen off the bus, row-remap failure, contained/uncontained ECC, GSP errors.
+HARDWARE_XIDS = frozenset({48, 61, 62, 63, 64, 69, 79, 92, 94, 95, 119, 120, 140})
+NVLINK_XIDS = frozenset({74})
+
+
+@dataclass(frozen=True, slots=True)
+class Culprit:
+    """What the evidence points at.
+
+    Attributes:
+        key: stable identifier, e.g. ``switch:leaf1:swp12:3``, ``nic:mlx5_0:1``,
+            ``gpu:3``, ``gpu:3:link:5``, ``storage:ckpt``; empty for none.
+        kind: ``switch_port``, ``nic_port``, ``gpu``, ``nvlink``, ``storage_path`` or ``none``.
+        labels: the series labels that identify it.
+    """
+
+    key: str
+    kind: str
+    labels: tuple[tuple[str, str], ...] = ()
+
+
+NO_CULPRIT = Culprit("", "none")
+
+
+@dataclass(frozen=True, slots=True)
+class Evidence:
+    """One scored observation."""
+
+    cause: str
+    family: str
+    culprit: Culprit
+    score: float
+    value: float
+    baseline: float
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ScoreContext:
+    """Where and when to look: the store, the stall onset and now (monotonic)."""
+
+    store: SnapshotStore
+    settings: EngineSettings
+    onset: float
+    now: float
+
+    def windows(self, s: Series) -> tuple[Window, Window]:
+        """(onset window, baseline window) of one series."""
+        st = self.settings
+        lead = st.onset_lead
+        on = window(s, self.onset - lead, min(self.now, self.onset + 60.0))
+        base = window(s, self.onset - st.baseline_window, self.onset - lead - 0.001)
+        return on, base
+
+
+def _baseline(base: Window, default: float = 0.0) -> tuple[float, float]:
+    if not base:
+        return default, 0.0
+    b = median(base.values)
+    return b, mad(base.values, b)
+
+
+def _labels(s: Series) -> tuple[tuple[str, str], ...]:
+    return tuple(zip(s.spec.labels, s.labels, strict=True))
+
+
+def _switch_culprit(s: Series, with_prio: bool) -> Culprit:
+    lm = s.label_map()
+    key = f"switch:{lm['switch']}:{lm['port']}"
+    if with_prio:
+        key += f":{lm['priority']}"
+    return Culprit(key, "switch_port", _labels(s))
+
+
+def _nic_culprit(s: Series, with_prio: bool) -> Culprit:
+    lm = s.label_map()
+    key = f"nic:{lm['device']}:{lm['port']}"
+    if with_prio:
+        key += f":{lm['priority']}"
+    return Culprit(key, "nic_port", _labels(s))
+
+
+def _where(c: Culprit) -> str:
+    lm = dict(c.labels)
+    if c.kind == "switch_port":
+        text = f"switch {lm.get('switch')} port {lm.get('port')}"
+    elif c.kind == "nic_port":
+        text = f"NIC {lm.get('device')} port {lm.get('port')}"
+    elif c.kind == "storage_path":
+        text = f"storage path {lm.get('path')}"
+    elif c.kind == "nvlink":
+        text = f"GPU {lm.get('gpu')} NVLink {lm.get('link')}"
+    else:
+        text = f"GPU {lm.get('gpu')}"
+    if "priority" in lm:
+        text += f" priority {lm['priority']}"
+    if "direction" in lm:
+        text += f" {lm['direction']}"
+    return text
+
+
+def _times(value: float, base: float) -> str:
+    if base <= 0:
+        return "from ~0"
+    return f"{value / base:.0f}x its baseline"
+
+
+def _new_events(s: Series, ctx: ScoreContext, on: Window) -> float:
+    """Events a counter recorded in the onset window (rates x interval, plus a
+    series that first appeared there: collectors often create an XID or
+    failure series only when its first event happens)."""
+    if on.values:
+        total = 0.0
+        prev_t = on.times[0] - 1.0
+        for t, v in zip(on.times, on.values, strict=True):
+            total += v * max(t - prev_t, 0.0)
+            prev_t = t
+        if total > 0:
+            return total
+    start = ctx.onset - ctx.settings.onset_lead
+    if s.value > 0 and s.updated >= start:
+        oldest = s.history[0].ts if s.history else s.updated
+        if oldest >= start - 2 * ctx.settings.sample_max_age:
+            return s.value
+    return 0.0
+
+
+def score_pfc(ctx: ScoreContext) -> list[Evidence]:
+    """PFC pause-time fraction (or frame rate against the continuous rate)."""
+    st = ctx.settings
+    out: list[Evidence] = []
+    seen: set[tuple[str, tuple[str, ...]]] = set()
+    for fam, frames, side in (
+        (sig.SW_PFC_RATIO, sig.SW_PFC_FRAMES, "switch"),
+        (sig.NIC_PFC_RATIO, sig.NIC_PFC_FRAMES, "nic"),
+    ):
+        candidates: list[tuple[Series, float]] = [(s, 1.0) for s in ctx.store.family(fam)]
+        for ratio_series, _ in candidates:
+            seen.add((side, ratio_series.labels))
+        candidates += [
+            (s, 1.0 / st.pfc_continuous_frames)
+            for s in ctx.store.family(frames)
+            if (side, s.labels) not in seen
+        ]
+        for s, scale in candidates:
+            on, base = ctx.windows(s)
+            if not on:
+                continue
+            peak = min(1.0, max(on.values) * scale)
+            b, _ = _baseline(base)
+            b = min(1.0, b * scale)
+            culprit = (_switch_culprit if side == "switch" else _nic_culprit)(s, True)
+            where = _where(culprit)
+            if peak >= st.pfc_storm_ratio:
+                score = 0.9 + 0.09 * min(
+                    1.0, (peak - st.pfc_storm_ratio) / (1.0 - st.pfc_storm_ratio + 1e-9)
+                )
+                if b >= 0.5 * st.pfc_storm_ratio:
+                    score -= 0.3  # chronically paused: not what changed at the onset
+                text = (
+                    f"PFC pause storm on {where}: paused {peak:.0%} of the time ({_times(peak, b)})"
+                )
+                out.append(Evidence("pfc_storm", s.spec.name, culprit, score, peak, b, text))
+            elif peak >= 0.5 * st.pfc_storm_ratio and peak >= 3 * b:
+                text = f"heavy PFC pausing on {where}: {peak:.0%} of the time ({_times(peak, b)})"
+                out.append(Evidence("pfc_storm", s.spec.name, culprit, 0.6, peak, b, text))
+            elif peak >= 0.1 and peak >= 3 * b + 0.05:
+                text = f"PFC pausing rose on {where}: {peak:.0%} of the time ({_times(peak, b)})"
+                out.append(Evidence("ecn_congestion", s.spec.name, culprit, 0.45, peak, b, text))
+    return out
+
+
+_ECN_FAMILIES = (
+    (sig.NIC_ECN, "ECN-marked RoCE packets"),
+    (sig.NIC_CNP_SENT, "CNPs sent"),
+    (sig.NIC_CNP_HANDLED, "CNPs handled (rate cuts)"),
+    (sig.SW_ECN, "ECN-marked packets"),
+)
+
+
+def score_congestion(ctx: ScoreContext) -> list[Evidence]:
+    """ECN marks, CNPs and transmit wait against their baselines."""
+    st = ctx.settings
+    out: list[Evidence] = []
+    for fam, what in _ECN_FAMILIES:
+        for s in ctx.store.family(fam):
+            on, base = ctx.windows(s)
+            if not on:
+                continue
+            peak = max(on.values)
+            b, m = _baseline(base)
+            if peak < max(st.ecn_min_rate, 3.0 * b, b + 4.0 * m):
+                continue
+            ratio = peak / max(b, 1.0)
+            score = 0.7 + 0.15 * min(1.0, math.log10(max(ratio, 1.0)) / 2.0)
+            culprit = _switch_culprit(s, False) if fam == sig.SW_ECN else _nic_culprit(s, False)
+            text = f"{what} on {_where(culprit)}: {peak:,.0f}/s ({_times(peak, b)})"
+            out.append(Evidence("ecn_congestion", fam, culprit, score, peak, b, text))
+    for s in ctx.store.family(sig.NIC_XMIT_WAIT):
+        on, base = ctx.windows(s)
+        if not on:
+            continue
+        peak = max(on.values)
+        b, _ = _baseline(base)
+        if peak >= 0.2 and peak >= 3.0 * b + 0.05:
+            culprit = _nic_culprit(s, False)
+            text = (
+                f"{_where(culprit)} waited to transmit {peak:.0%} of the time ({_times(peak, b)})"
+            )
+            out.append(Evidence("ecn_congestion", s.spec.name, culprit, 0.7, peak, b, text))
+    return out
+
+
+def score_links(ctx: ScoreContext) -> list[Evidence]:
+    """Ports that went down (or counted link-down events) around the onset."""
+    out: list[Evidence] = []
+    for fam in (sig.NIC_LINK_UP, sig.SW_PORT_UP):
+        for s in ctx.store.family(fam):
+            on, base = ctx.windows(s)
+            if not on or not base:
+                continue
+            low = min(on.values)
+            b = median(base.values)
+            if low < 0.5 <= b:
+                culprit = (
+                    _nic_culprit(s, False) if fam == sig.NIC_LINK_UP else _switch_culprit(s, False)
+                )
+                text = f"link down on {_where(culprit)}"
+                out.append(Evidence("link_down", fam, culprit, 0.95, low, b, text))
+    for s in ctx.store.family(sig.NIC_LINK_DOWNED):
+        on, _ = ctx.windows(s)
+        events = _new_events(s, ctx, on)
+        if events > 0:
+            culprit = _nic_culprit(s, False)
+            text = f"{events:.0f} link-down event(s) on {_where(culprit)}"
+            out.append(Evidence("link_down", s.spec.name, culprit, 0.9, events, 0.0, text))
+    return out
+
+
+def _nvlink_culprit(s: Series) -> Culprit:
+    lm = s.label_map()
+    return Culprit(
+        f"gpu:{lm['gpu']}:link:{lm['link']}",
+        "nvlink",
+        (("gpu", lm["gpu"]), ("link", lm["link"])),
+    )
+
+
+def score_nvlink(ctx: ScoreContext) -> list[Evidence]:
+    """NVLink links going down and error bursts."""
+    out: list[Evidence] = []
+    for s in ctx.store.family(sig.NVLINK_UP):
+        on, base = ctx.windows(s)
+        if not on or not base:
+            continue
+        low = min(on.values)
+        b = median(base.values)
+        if low < 0.5 <= b:
+            culprit = _nvlink_culprit(s)
+            out.append(
+                Evidence(
+                    "nvlink_degraded",
+                    s.spec.name,
+                    culprit,
+                    0.95,
+                    low,
+                    b,
+                    f"{_where(culprit)} went down",
+                )
+            )
+    for s in ctx.store.family(sig.NVLINK_ERRORS):
+        on, base = ctx.windows(s)
+        if not on:
+            continue
+        peak = max(on.values)
+        b, m = _baseline(base)
+        if peak >= 10.0 and peak >= 10.0 * (b + 1.0) and peak >= b + 4 * m:
+            culprit = _nvlink_culprit(s)
+            kind = s.label_map().get("type", "")
+            text = (
+                f"NVLink {kind} error burst on {_where(culprit)}: {peak:,.0f}/s ({_times(peak, b)})"
+            )
+            out.append(Evidence("nvlink_degraded", s.spec.name, culprit, 0.85, peak, b, text))
+    return out
+
+
+def score_gpu(ctx: ScoreContext, job_gpus: Sequence[str]) -> list[Evidence]:
+    """XID events, GPUs marked unhealthy and job GPUs whose telemetry vanished."""
+    st = ctx.settings
+    out: list[Evidence] = []
+    for s in ctx.store.family(sig.GPU_XID):
+        on, _ = ctx.windows(s)
+        events = _new_events(s, ctx, on)
+        if events <= 0:
+            continue
+        gpu, xid_text = s.labels
+        try:
+            xid = int(xid_text)
+        except ValueError:
+            xid = -1
+        culprit = Culprit(f"gpu:{gpu}", "gpu", (("gpu", gpu),))
+        if xid in NVLINK_XIDS:
+            out.append(
+                Evidence(
+                    "nvlink_degraded",
+                    s.spec.name,
+                    culprit,
+                    0.9,
+                    float(xid),
+                    0.0,
+                    f"XID {xid} (NVLink error) on GPU {gpu}",
+                )
+            )
+        elif xid in HARDWARE_XIDS:
+            out.append(
+                Evidence(
+                    "gpu_fault",
+                    s.spec.name,
+                    culprit,
+                    0.9,
+                    float(xid),
+                    0.0,
+                    f"XID {xid} (GPU hardware error) on GPU {gpu}",
+                )
+            )
+        else:
+            # Application XIDs (13, 31, 43, 45...) usually follow a crash; weak.
+            out.append(
+                Evidence(
+                    "gpu_fault",
+                    s.spec.name,
+                    culprit,
+                    0.4,
+                    float(xid),
+                    0.0,
+                    f"XID {xid} on GPU {gpu}",
+                )
+            )
+    for s in ctx.store.family(sig.GPU_HEALTHY):
+        on, base = ctx.windows(s)
+        if not on:
+            continue
+        low = min(on.values)
+        b = median(base.values) if base else 1.0
+        if low < 0.5 <= b:
+            gpu = s.labels[0]
+            out.append(
+                Evidence(
+                    "gpu_fault",
+                    s.spec.name,
+                    Culprit(f"gpu:{gpu}", "gpu", (("gpu", gpu),)),
+                    0.95,
+                    low,
+                    b,
+                    f"GPU {gpu} reported unhealthy (lost)",
+                )
+            )
+    # Telemetry collapse: one job GPU stops reporting while the others continue.
+    fresh_count = 0
+    vanished: list[str] = []
+    for gpu in job_gpus:
+        gs = ctx.store.get(sig.GPU_POWER, (gpu,)) or ctx.store.get(sig.GPU_SM, (gpu,))
+        if gs is None:
+            continue
+        if (
+            ctx.now - gs.updated > 3 * st.sample_max_age
+            and gs.updated >= ctx.onset - st.baseline_window
+        ):
+            vanished.append(gpu)
+        elif ctx.now - gs.updated <= st.sample_max_age:
+            fresh_count += 1
+    if vanished and fresh_count:
+        for gpu in vanished:
+            out.append(
+                Evidence(
+                    "gpu_fault",
+                    sig.GPU_POWER,
+                    Culprit(f"gpu:{gpu}", "gpu", (("gpu", gpu),)),
+                    0.7,
+                    0.0,
+                    1.0,
+                    f"GPU {gpu} stopped reporting telemetry",
+                )
+            )
+    return out
+
+
+def score_storage(ctx: ScoreContext) -> list[Evidence]:
+    """Write latency, probe latency/failures and write-burst volume per path."""
+    st = ctx.settings
+    out: list[Evidence] = []
+
+    def path_culprit(ps: Series) -> Culprit:
+        path = ps.labels[0]
+        return Culprit(f"storage:{path}", "storage_path", (("path", path),))
+
+    for fam, what in ((sig.ST_WRITE_LAT, "write latency"), (sig.ST_PROBE_LAST, "probe latency")):
+        for s in ctx.store.family(fam):
+            on, base = ctx.windows(s)
+            if not on:
+                continue
+            peak = max(on.values)
+            b, _ = _baseline(base)
+            ratio = peak / max(b, 1e-4)
+            if peak >= st.storage_latency_min and ratio >= st.storage_latency_ratio:
+                score = 0.85 + 0.1 * min(1.0, math.log10(ratio / st.storage_latency_ratio))
+                culprit = path_culprit(s)
+                text = f"{what} on {_where(culprit)}: {peak * 1000:,.0f} ms ({_times(peak, b)})"
+                out.append(Evidence("storage_latency", fam, culprit, score, peak, b, text))
+    for s in ctx.store.family(sig.ST_PROBE_FAIL):
+        on, _ = ctx.windows(s)
+        events = _new_events(s, ctx, on)
+        if events > 0:
+            culprit = path_culprit(s)
+            reason = s.labels[1] if len(s.labels) > 1 else "other"
+            out.append(
+                Evidence(
+                    "storage_latency",
+                    s.spec.name,
+                    culprit,
+                    0.9,
+                    events,
+                    0.0,
+                    f"storage probe failed ({reason}) on {_where(culprit)}",
+                )
+            )
+    for s in ctx.store.family(sig.ST_WRITE_BYTES):
+        on, base = ctx.windows(s)
+        if not on:
+            continue
+        peak = max(on.values)
+        b, _ = _baseline(base)
+        if peak >= st.burst_min_bytes and peak >= st.burst_factor * b:
+            ratio = peak / max(b, 1.0)
+            score = 0.85 + 0.1 * min(1.0, math.log10(max(ratio / st.burst_factor, 1.0)) / 2.0)
+            culprit = path_culprit(s)
+            text = f"write burst on {_where(culprit)}: {peak / 1e6:,.0f} MB/s ({_times(peak, b)})"
+            out.append(Evidence("checkpoint_write", s.spec.name, culprit, score, peak, b, text))
+    for s in ctx.store.family(sig.ST_WRITE_BURST):
+        on, _ = ctx.windows(s)
+        if on and max(on.values) >= 0.5:
+            culprit = path_culprit(s)
+            out.append(
+                Evidence(
+                    "checkpoint_write",
+                    s.spec.name,
+                    culprit,
+                    0.8,
+                    1.0,
+                    0.0,
+                    f"write burst flagged on {_where(culprit)}",
+                )
+            )
+    return out
+
+
+Scorer = Callable[[ScoreContext], list[Evidence]]
+SCORERS: tuple[Scorer, ...] = (
+    score_pfc,
+    score_congestion,
+    score_links,
+    score_nvlink,
+    score_storage,
+)
+
+
+def collect(ctx: ScoreContext, job_gpus: Sequence[str]) -> list[Evidence]:
+    """Run every scorer; evidence sorted by score, strongest first."""
+    out: list[Evidence] = []
+    for scorer in SCORERS:
+        out.extend(scorer(ctx))
+    out.extend(score_gpu(ctx, job_gpus))
+    out.sort(key=lambda e: (-e.score, e.cause, e.culprit.key, e.family))
+    return out
+
+
+def missing_groups(store: SnapshotStore, now: float, max_age: float) -> list[str]:
+    """Evidence groups with no current series (no switch access, no ECN counters...)."""
+    missing: list[str] = []
+    for group, families in sig.FAMILY_GROUPS.items():
+        if group == "gpu_work":
+            continue
+        present = any(now - s.updated <= max_age * 4 for fam in families for s in store.family(fam))
+        if not present:
+            missing.append(group)
+    return missing

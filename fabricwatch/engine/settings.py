@@ -1,0 +1,160 @@
+"""``[engine]``: thresholds of stall detection, evidence and incidents.
+
+Defaults come from ``../shared/reference/stalls-and-anchors.md`` §8: a 5 s
+job-level minimum stall (or 2 polls with strong evidence), PFC storm at a
+pause fraction >= 0.8, flapping conditions merged into one incident.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fabricwatch.settings import option
+
+
+@dataclass(kw_only=True)
+class EngineSettings:
+    """Settings of the correlation engine (the ``[engine]`` config table)."""
+
+    enabled: bool = option(True, "Run the correlation engine.")
+    tick: float = option(1.0, "Seconds between engine ticks.", min=0.05, max=60.0, duration=True)
+    min_duration: float = option(
+        5.0,
+        "A stall shorter than this is a dip, not an incident.",
+        min=0.0,
+        max=3600.0,
+        duration=True,
+    )
+    min_duration_with_evidence: float = option(
+        2.0,
+        "A stall with strong evidence opens an incident after this long.",
+        min=0.0,
+        max=3600.0,
+        duration=True,
+    )
+    strong_evidence: float = option(
+        0.8, "Evidence score that allows the shorter minimum duration.", min=0.0, max=1.0
+    )
+    min_evidence: float = option(
+        0.5, "Below this best score the cause is 'unknown'.", min=0.0, max=1.0
+    )
+    sample_max_age: float = option(
+        3.5,
+        "A sample older than this (seconds) is not current.",
+        min=0.1,
+        max=600.0,
+        duration=True,
+    )
+    idle_sm_ratio: float = option(0.05, "SM activity below this is idle.", min=0.0, max=1.0)
+    idle_util_ratio: float = option(
+        0.05,
+        "Utilization below this is idle (only when SM and power are absent).",
+        min=0.0,
+        max=1.0,
+    )
+    idle_power_ratio: float = option(
+        0.25, "Power below this share of the limit (or observed peak) is idle.", min=0.0, max=1.0
+    )
+    hysteresis: float = option(
+        0.05,
+        "An idle GPU must rise this much above the idle threshold to be active again.",
+        min=0.0,
+        max=1.0,
+    )
+    job_memory_bytes: float = option(
+        1024.0**3, "Memory in use above this marks a GPU as part of a job.", min=0.0, size=True
+    )
+    activity_window: float = option(
+        60.0,
+        "Without process/memory data, a GPU active this recently belongs to a job.",
+        min=1.0,
+        max=86400.0,
+        duration=True,
+    )
+    arm_after: float = option(
+        10.0,
+        "A GPU must work this long in a job before its idleness counts (job start).",
+        min=0.0,
+        max=3600.0,
+        duration=True,
+    )
+    slow_ratio: float = option(
+        0.75, "Work below this share of its baseline is a slowdown.", min=0.0, max=1.0
+    )
+    slow_gpus_ratio: float = option(
+        0.5, "Share of job GPUs that must be slow for a node slowdown.", min=0.0, max=1.0
+    )
+    baseline_window: float = option(
+        120.0,
+        "Evidence baseline: seconds before the onset.",
+        min=5.0,
+        max=86400.0,
+        duration=True,
+    )
+    onset_lead: float = option(
+        3.0,
+        "Evidence window starts this long before the stall onset.",
+        min=0.0,
+        max=600.0,
+        duration=True,
+    )
+    end_after: float = option(
+        2.0,
+        "A stall ends after its GPUs worked this long.",
+        min=0.0,
+        max=600.0,
+        duration=True,
+    )
+    resolve_hold: float = option(
+        60.0,
+        "An ended incident resolves after this long; a recurrence within it is the same incident.",
+        min=0.0,
+        max=86400.0,
+        duration=True,
+    )
+    rescore_every: float = option(
+        5.0,
+        "Seconds between evidence re-scores of an open incident.",
+        min=0.0,
+        max=3600.0,
+        duration=True,
+    )
+    pfc_storm_ratio: float = option(
+        0.8, "Pause-time fraction that is a PFC storm.", min=0.0, max=1.0
+    )
+    pfc_continuous_frames: float = option(
+        5960.0, "Pause frames/s that hold a priority paused (200G: 5960).", min=1.0
+    )
+    ecn_min_rate: float = option(
+        500.0, "ECN marks/CNPs per second below this are no evidence.", min=0.0
+    )
+    storage_latency_ratio: float = option(
+        10.0, "Write latency this many times its baseline is slow storage.", min=1.0
+    )
+    storage_latency_min: float = option(
+        0.05,
+        "Write latency (seconds) below this is never slow storage.",
+        min=0.0,
+        duration=True,
+    )
+    burst_factor: float = option(
+        5.0, "Write throughput this many times its baseline is a checkpoint burst.", min=1.0
+    )
+    burst_min_bytes: float = option(
+        50e6, "Write throughput (bytes/s) below this is never a burst.", min=0.0, size=True
+    )
+    cost_per_gpu_hour: float = option(
+        0.0, "Money per GPU-hour; > 0 exports fabricwatch_stall_cost_total.", min=0.0
+    )
+    retention_days: float = option(
+        30.0, "Resolved incidents older than this are deleted.", min=0.0, max=3650.0
+    )
+    max_incidents: int = option(
+        100_000, "At most this many incidents are kept.", min=10, max=100_000_000
+    )
+
+    def validate(self) -> None:
+        """Cross-field checks."""
+        if self.min_duration_with_evidence > self.min_duration:
+            msg = "min_duration_with_evidence must not exceed min_duration"
+            raise ValueError(msg)

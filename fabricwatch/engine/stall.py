@@ -1,0 +1,187 @@
+"""Per-GPU stall detection: job gate, best available work signal, hysteresis.
+
+A GPU counts as *stalled* when it belongs to a running job (compute
+processes, significant memory, or recent activity), has worked in that job
+long enough to rule out job start-up (``arm_after``), and its best available
+work signal (SM activity, else power against its limit or observed peak, else
+utilization) is near zero. NVML utilization is last on purpose: a hung
+collective keeps it near 100 %. A GPU is *slow* when its smoothed work falls
+below ``slow_ratio`` of its own running baseline.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from fabricwatch.engine import signals as sig
+from fabricwatch.engine.settings import EngineSettings
+from fabricwatch.engine.signals import fresh
+from fabricwatch.store import SnapshotStore
+
+_SMOOTH = 3
+
+
+@dataclass(slots=True)
+class GpuState:
+    """What the detector knows about one GPU (read-only outside this module)."""
+
+    gpu: str
+    in_job: bool = False
+    job: str = ""
+    armed: bool = False
+    active_for: float = 0.0
+    idle: bool = False
+    idle_since: float = 0.0
+    last_active: float = -math.inf
+    work: float | None = None
+    signal: str = ""
+    peak_power: float = 0.0
+    baseline: float | None = None
+    recent: deque[float] = field(default_factory=lambda: deque(maxlen=_SMOOTH))
+    slow: bool = False
+    slow_since: float = 0.0
+    last_sample: float = -math.inf
+
+    @property
+    def stalled(self) -> bool:
+        """Idle while armed in a running job."""
+        return self.in_job and self.armed and self.idle
+
+    def lost_work(self) -> float:
+        """Share of this GPU's normal work not being done (0-1)."""
+        if self.stalled:
+            return 1.0
+        if not (self.in_job and self.armed and self.slow) or not self.baseline:
+            return 0.0
+        smooth = sum(self.recent) / len(self.recent) if self.recent else self.baseline
+        return max(0.0, min(1.0, 1.0 - smooth / self.baseline))
+
+
+class StallDetector:
+    """Classifies every GPU on each tick from the snapshot store."""
+
+    def __init__(self, settings: EngineSettings) -> None:
+        self._s = settings
+        self.gpus: dict[str, GpuState] = {}
+
+    def _discover(self, store: SnapshotStore) -> Iterable[str]:
+        names: set[str] = set()
+        for fam in (sig.GPU_SM, sig.GPU_POWER, sig.GPU_UTIL, sig.GPU_PROCS):
+            for s in store.family(fam):
+                names.add(s.labels[0])
+        return sorted(names, key=lambda g: (len(g), g))
+
+    def _jobs(self, store: SnapshotStore, now: float) -> dict[str, str]:
+        jobs: dict[str, str] = {}
+        for s in store.family(sig.GPU_JOB):
+            if fresh(s, now, self._s.sample_max_age * 10) and s.value > 0:
+                jobs[s.labels[0]] = s.labels[1]
+        return jobs
+
+    def observe(self, store: SnapshotStore, now: float, dt: float) -> None:
+        """Update every GPU's state from the store's current values."""
+        s = self._s
+        age = s.sample_max_age
+        jobs = self._jobs(store, now)
+        for gpu in self._discover(store):
+            st = self.gpus.get(gpu)
+            if st is None:
+                st = self.gpus[gpu] = GpuState(gpu)
+            key = (gpu,)
+            procs = store.get(sig.GPU_PROCS, key)
+            mem = store.get(sig.GPU_MEM, key)
+            if procs is not None and fresh(procs, now, age):
+                in_job = procs.value > 0
+            elif mem is not None and fresh(mem, now, age):
+                in_job = mem.value > s.job_memory_bytes
+            elif procs is not None and now - procs.updated <= s.activity_window:
+                # Gate data briefly missing: keep what we knew.
+                in_job = st.in_job
+            else:
+                in_job = now - st.last_active <= s.activity_window
+            job = jobs.get(gpu, st.job if in_job else "")
+            if not in_job or job != st.job:
+                st.armed = False
+                st.active_for = 0.0
+                st.baseline = None
+                st.slow = False
+            st.in_job = in_job
+            st.job = job
+            self._work(store, st, now)
+            if st.work is None:
+                continue
+            if not st.idle:
+                st.last_active = st.last_sample
+                if in_job:
+                    st.active_for += dt
+                    if st.active_for >= s.arm_after:
+                        st.armed = True
+            self._slow(st)
+
+    def _work(self, store: SnapshotStore, st: GpuState, now: float) -> None:
+        s = self._s
+        age = s.sample_max_age
+        key = (st.gpu,)
+        healthy = store.get(sig.GPU_HEALTHY, key)
+        sm = store.get(sig.GPU_SM, key)
+        power = store.get(sig.GPU_POWER, key)
+        util = store.get(sig.GPU_UTIL, key)
+        work: float
+        threshold: float
+        ts: float
+        if healthy is not None and fresh(healthy, now, age) and healthy.value < 0.5:
+            work, threshold, ts, signal = 0.0, 1.0, healthy.updated, "healthy"
+        elif sm is not None and fresh(sm, now, age):
+            work, threshold, ts, signal = sm.value, s.idle_sm_ratio, sm.updated, "sm_active"
+        elif power is not None and fresh(power, now, age):
+            limit = store.get(sig.GPU_POWER_LIMIT, key)
+            st.peak_power = max(st.peak_power, power.value)
+            ref = limit.value if limit is not None and limit.value > 0 else st.peak_power
+            if ref <= 0:
+                st.work = None
+                return
+            work = min(1.0, power.value / ref)
+            threshold, ts, signal = s.idle_power_ratio, power.updated, "power"
+        elif util is not None and fresh(util, now, age):
+            work, threshold, ts, signal = util.value, s.idle_util_ratio, util.updated, "utilization"
+        else:
+            st.work = None  # nothing current: hold the previous classification
+            return
+        if ts <= st.last_sample and signal == st.signal:
+            return  # no new sample since the last tick
+        st.signal = signal
+        st.work = work
+        st.last_sample = ts
+        idle = work < threshold + s.hysteresis if st.idle else work < threshold
+        if idle and not st.idle:
+            st.idle_since = ts
+        st.idle = idle
+        st.recent.append(work)
+
+    def _slow(self, st: GpuState) -> None:
+        s = self._s
+        if not st.armed or st.idle or st.work is None:
+            st.slow = False
+            return
+        smooth = sum(st.recent) / len(st.recent)
+        if st.baseline is None:
+            st.baseline = smooth
+        slow = smooth < s.slow_ratio * st.baseline
+        if slow and not st.slow:
+            st.slow_since = st.last_sample
+        st.slow = slow
+        # The baseline follows normal work quickly and slow phases only slowly,
+        # so a long evaluation phase eventually becomes the new normal.
+        alpha = s.tick / (600.0 if slow else 60.0)
+        st.baseline += alpha * (st.work - st.baseline)
+
+    def stalled(self) -> list[GpuState]:
+        """GPUs stalled now."""
+        return [g for g in self.gpus.values() if g.stalled]
+
+    def job_gpus(self) -> list[GpuState]:
+        """GPUs armed in a running job."""
+        return [g for g in self.gpus.values() if g.in_job and g.armed]
