@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from fabricwatch.collector import CollectorFactory, Registry
 from fabricwatch.collectors.gpu import FACTORY as GPU
+from fabricwatch.collectors.nic import FACTORY as NIC
 
 
 def builtin_registry() -> Registry:
     """A fresh name -> factory mapping of every built-in collector."""
-    factories: list[CollectorFactory[object]] = [GPU]  # type: ignore[type-var]
+    factories: list[CollectorFactory[object]] = [GPU, NIC]  # type: ignore[type-var,list-item]
     return {f.name: f for f in factories}
