@@ -1,0 +1,255 @@
+"""Codec, profiles, LLDP matching and settings: no network."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fabricwatch.collectors import builtin_registry
+from fabricwatch.collectors.switch import FACTORY, SwitchSettings
+from fabricwatch.collectors.switch._ber import (
+    RESPONSE,
+    Special,
+    decode_oid,
+    decode_request,
+    decode_response,
+    enc_oid_body,
+    enc_unsigned,
+    encode_oid,
+    encode_response,
+    parse_oid,
+)
+from fabricwatch.collectors.switch._lldp import (
+    Neighbour,
+    find_uplinks,
+    local_macs,
+    map_local_ports,
+    normalize_mac,
+)
+from fabricwatch.collectors.switch._profiles import load_profiles, parse_profile
+from fabricwatch.errors import ConfigError, ParseError
+from fabricwatch.settings import build
+
+oids = st.lists(st.integers(0, 2**32 - 1), min_size=0, max_size=12).flatmap(
+    lambda rest: st.tuples(st.integers(0, 1), st.integers(0, 39)).map(lambda h: (*h, *rest))
+)
+
+
+@given(oids)
+def test_oid_roundtrip(oid: tuple[int, ...]) -> None:
+    enc = encode_oid(oid)
+    assert decode_oid(enc[2:] if enc[1] < 0x80 else enc[2 + (enc[1] & 0x7F) :]) == oid
+
+
+def test_decode_matches_pysnmp_encoder() -> None:
+    """Our decoder reads what pysnmp (pyasn1) encodes, for every value type."""
+    from pyasn1.codec.ber import encoder
+    from pysnmp.proto import api, rfc1902, rfc1905
+
+    p = api.PROTOCOL_MODULES[api.SNMP_VERSION_2C]
+    pdu = p.GetResponsePDU()
+    p.apiPDU.set_defaults(pdu)
+    p.apiPDU.set_request_id(pdu, 4242)
+    vbs = [
+        ((1, 3, 6, 1, 2, 1, 1, 3, 0), rfc1902.TimeTicks(123456)),
+        ((1, 3, 6, 1, 2, 1, 31, 1, 1, 1, 6, 5), rfc1902.Counter64(2**64 - 1)),
+        ((1, 3, 6, 1, 2, 1, 2, 2, 1, 13, 5), rfc1902.Counter32(2**32 - 1)),
+        ((1, 3, 6, 1, 2, 1, 2, 2, 1, 8, 5), rfc1902.Integer32(-7)),
+        ((1, 3, 6, 1, 2, 1, 31, 1, 1, 1, 15, 5), rfc1902.Gauge32(400000)),
+        ((1, 3, 6, 1, 2, 1, 1, 5, 0), rfc1902.OctetString(b"leaf\x00x")),
+        ((1, 3, 6, 1, 2, 1, 1, 2, 0), rfc1902.ObjectIdentifier((1, 3, 6, 1, 4, 1, 30065))),
+        ((1, 3, 6, 1, 2, 1, 4, 20, 1, 1), rfc1902.IpAddress("10.0.0.1")),
+        ((1, 3, 6, 1, 9), rfc1905.noSuchInstance),
+        ((1, 3, 6, 1, 10), rfc1905.endOfMibView),
+    ]
+    p.apiPDU.set_varbinds(pdu, vbs)
+    msg = p.Message()
+    p.apiMessage.set_defaults(msg)
+    p.apiMessage.set_community(msg, "c")
+    p.apiMessage.set_pdu(msg, pdu)
+    resp = decode_response(encoder.encode(msg))
+    assert resp.request_id == 4242 and resp.error_status == 0
+    values = [v for _, v in resp.varbinds]
+    assert values == [
+        123456, 2**64 - 1, 2**32 - 1, -7, 400000, b"leaf\x00x", (1, 3, 6, 1, 4, 1, 30065),
+        b"\x0a\x00\x00\x01", Special.NO_SUCH_INSTANCE, Special.END_OF_MIB_VIEW,
+    ]
+    assert [o for o, _ in resp.varbinds] == [o for o, _ in vbs]
+
+
+def _response() -> bytes:
+    return encode_response(
+        b"public", 7, [((1, 3, 6, 1, 2, 1, 1, 3, 0), 0x43, enc_unsigned(99)),
+                       ((1, 3, 6, 1, 2, 1, 1, 2, 0), 0x06, enc_oid_body((1, 3, 6, 1, 4, 1)))]
+    )
+
+
+def test_every_truncation_is_a_parse_error() -> None:
+    data = _response()
+    assert decode_response(data).varbinds[0][1] == 99
+    for n in range(len(data)):
+        with pytest.raises(ParseError):
+            decode_response(data[:n])
+    with pytest.raises(ParseError, match="trailing"):
+        decode_response(data + b"\x00")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=200))
+def test_garbage_never_raises_anything_but_parse_error(blob: bytes) -> None:
+    try:
+        decode_response(blob)
+    except ParseError:
+        pass
+    try:
+        decode_request(blob)
+    except ParseError:
+        pass
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 200), st.integers(0, 255))
+def test_corrupted_byte_is_rejected_or_decoded_cleanly(pos: int, byte: int) -> None:
+    data = bytearray(_response())
+    data[pos % len(data)] = byte
+    try:
+        resp = decode_response(bytes(data))
+    except ParseError:
+        return
+    assert all(isinstance(o, tuple) for o, _ in resp.varbinds)
+
+
+def test_unsupported_and_wrong_messages() -> None:
+    good = _response()
+    with pytest.raises(ParseError, match="Response-PDU"):
+        decode_response(good.replace(bytes((RESPONSE,)), b"\xa0", 1))
+    with pytest.raises(ParseError, match="length form"):
+        decode_response(b"\x30\x85\x00\x00\x00\x00\x01")
+    with pytest.raises(ValueError, match="numeric OID"):
+        parse_oid("1.3.x")
+
+
+def test_profiles_load_and_select() -> None:
+    ps = load_profiles()
+    names = {p.name for p in ps.profiles}
+    assert names == {"arista", "cumulus", "dell-os9", "junos", "nxos", "onyx", "sonic"}
+    cases = {
+        ((1, 3, 6, 1, 4, 1, 30065, 1, 3011, 7150), ""): "arista",
+        ((1, 3, 6, 1, 4, 1, 9, 12, 3, 1, 3, 1084), "Cisco NX-OS(tm) n5000"): "nxos",
+        ((1, 3, 6, 1, 4, 1, 8072, 3, 2, 10), "SONiC Software Version: SONiC.x"): "sonic",
+        ((1, 3, 6, 1, 4, 1, 8072, 3, 2, 10), "Linux sw #1 SMP Cumulus 4.19"): "cumulus",
+        ((1, 3, 6, 1, 4, 1, 8072, 3, 2, 10), "Linux box"): "generic",
+        ((1, 3, 6, 1, 4, 1, 6027, 1, 5, 2), ""): "dell-os9",
+        ((1, 3, 6, 1, 4, 1, 33049, 1, 1, 1, 2700), ""): "onyx",
+        ((1, 3, 6, 1, 4, 1, 2636, 1, 1, 1, 4, 82, 5), ""): "junos",
+        (None, ""): "generic",
+    }
+    for (oid, descr), want in cases.items():
+        assert ps.select(oid, descr).name == want, (oid, descr)
+    dell = ps.by_name("dell-os9")
+    t = next(t for t in dell.tables if t.signal == "pfc_frames")
+    assert t.match_suffix((1,), 8) == 0 and t.match_suffix((8,), 8) == 7
+    assert t.match_suffix((0,), 8) is None and t.match_suffix((9,), 8) is None
+    # Every vendor profile also polls the generic IEEE/802.3x tables.
+    assert any(t.signal == "pfc_total_frames" for t in ps.by_name("junos").tables)
+    with pytest.raises(ConfigError, match="unknown switch profile"):
+        ps.by_name("nope")
+
+
+def test_adding_a_vendor_is_adding_a_file(tmp_path: Path) -> None:
+    (tmp_path / "acme.toml").write_text(
+        'name = "acme"\nrank = 10\n[[match]]\nsys_object_id = "1.3.6.1.4.1.99999"\n'
+        '[[counter]]\nsignal = "pfc_frames"\ndirection = "rx"\n'
+        'oid = "1.3.6.1.4.1.99999.1.1"\nindex = ["p"]\n'
+    )
+    ps = load_profiles((tmp_path,))
+    assert ps.select((1, 3, 6, 1, 4, 1, 99999, 7), "").name == "acme"
+
+
+@pytest.mark.parametrize(
+    ("text", "match"),
+    [
+        ('name = "x"\nbogus = 1\n', "bogus"),
+        ('name = "x"\n[[counter]]\nsignal = "pfc_frames"\ndirection = "rx"\n'
+         'oid = "1.3.6"\nindex = ["q"]\n', "exactly one 'p'"),
+        ('name = "x"\n[[counter]]\nsignal = "pfc_frames"\ndirection = "rx"\n', "exactly one"),
+        ('name = "x"\n[[counter]]\nsignal = "queue_drops"\noid = "1.3.x"\nindex = ["q"]\n',
+         "numeric OID"),
+        ('name = "x"\n[[match]]\n', "match rule"),
+        ('name = "x"\n[[counter]]\nsignal = "pfc_frame"\n', "counter\\[0\\].signal"),
+        ("name = \n", "invalid TOML"),
+    ],
+)
+def test_bad_profiles_are_rejected_with_the_key(text: str, match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        parse_profile(text, "bad.toml")
+
+
+def test_mac_normalisation() -> None:
+    want = "3c:2c:30:16:74:80"
+    for form in (bytes.fromhex("3c2c30167480"), "3c 2c 30 16 74 80", "3C-2C-30-16-74-80",
+                 "3c2c.3016.7480", b"3c:2c:30:16:74:80"):
+        assert normalize_mac(form) == want, form
+    assert normalize_mac("Ethernet1/1") is None
+    assert normalize_mac(b"\x01\x02") is None
+
+
+def test_local_port_mapping_and_matching() -> None:
+    loc = (1, 0, 8802, 1, 1, 2, 1, 3, 7, 1)
+    cols = {
+        (*loc, 2): [((*loc, 2, 1), 5), ((*loc, 2, 2), 7), ((*loc, 2, 3), 3)],
+        (*loc, 3): [((*loc, 3, 1), b"ethernet1/1/1"), ((*loc, 3, 2), b"17"),
+                    ((*loc, 3, 3), b"8c:60:4f:19:16:21")],
+        (*loc, 4): [((*loc, 4, 3), b"Ethernet1/9")],
+    }
+    names = {17: "Ethernet1/5", 1001: "ethernet1/1/1", 3: "mgmt0", 41: "Ethernet1/9"}
+    m = map_local_ports(cols, names, {})
+    # by name; by "local" subtype id; by description when the id is a MAC
+    assert m == {1: 1001, 2: 17, 3: 41}
+    nbs = [
+        Neighbour(5, 1, 1, 4, b"\xaa" * 6, 5, b"eth0", "GPU-Node-1.cluster.local"),
+        Neighbour(5, 2, 1, 4, bytes.fromhex("0c42a1000007"), 3, b"x", ""),
+        Neighbour(5, 3, 2, 4, b"\x01" * 6, 5, b"eth9", "other"),
+        Neighbour(5, 9, 1, 4, b"\x02" * 6, 5, b"eth1", "gpu-node-1"),
+    ]
+    found, unmapped = find_uplinks(nbs, m, ["gpu-node-1"], {"0c:42:a1:00:00:07"})
+    assert {i: u.matched_by for i, u in found.items()} == {1001: "sys_name", 17: "chassis_mac"}
+    assert [n.local_port for n in unmapped] == [9]
+
+
+def test_local_macs_reads_sysfs_tree(tmp_path: Path) -> None:
+    net = tmp_path / "class" / "net"
+    for nic, mac in (("lo", "00:00:00:00:00:00"), ("eth0", "52:54:00:AB:cd:01"),
+                     ("ib0", "00:00:10:29:fe:80:00:00:00:00:00:00:ec:0d:9a:03:00:1a:2b:3c")):
+        (net / nic).mkdir(parents=True)
+        (net / nic / "address").write_text(mac + "\n")
+    (net / "broken").mkdir()
+    assert local_macs(tmp_path) == {"52:54:00:ab:cd:01"}
+    assert local_macs(tmp_path / "missing") == set()
+
+
+def test_registered_and_settings_are_strict() -> None:
+    assert builtin_registry()["switch"] is FACTORY
+    s = build(
+        SwitchSettings,
+        {"mode": "switch", "targets": [{"name": "a", "host": "10.0.0.1", "timeout": "500ms",
+                                        "v3": {"user": "u"}, "version": "3"}]},
+        prefix="collectors.switch",
+    )
+    assert s.targets[0].timeout == 0.5 and s.targets[0].v3.auth_protocol == "sha"
+    bad = [
+        ({"targets": [{"name": "a", "host": "h", "comunity": "x"}]}, "targets\\[0\\].comunity"),
+        ({"targets": [{"name": "a"}]}, "needs a host"),
+        ({"targets": [{"name": "a", "host": "h", "version": "1"}]}, "version"),
+        ({"targets": [{"name": "a", "host": "h", "v3": {"auth_protocol": "sha1"}}]},
+         "auth_protocol"),
+        ({"targets": [{"name": "a", "host": "h"}, {"name": "a", "host": "i"}]}, "duplicate"),
+        ({"targets": [{"name": "a", "host": "h", "version": "3"}]}, "v3.user"),
+        ({"mode": "all"}, "mode"),
+    ]
+    for data, match in bad:
+        with pytest.raises(ConfigError, match=match):
+            build(SwitchSettings, data, prefix="collectors.switch")
