@@ -300,6 +300,7 @@ class NicCollector:
         self._next_rescan = float("-inf")
         self._lock = threading.Lock()
         self._devices_seen: frozenset[str] = frozenset()
+        self._vanished: set[tuple[str, str]] = set()
 
     @property
     def name(self) -> str:
@@ -334,12 +335,21 @@ class NicCollector:
 
     async def close(self) -> None:
         """Close every held file and the ethtool socket."""
-        with self._lock:
+        await asyncio.to_thread(self._close_sync)
+
+    def _close_sync(self) -> None:
+        # A read stuck in the kernel still owns the descriptors: closing them
+        # under it could hand their numbers to someone else. Leak instead.
+        if not self._lock.acquire(timeout=2.0):
+            return
+        try:
             for p in self._ports.values():
                 p.reader.close()
             self._ports.clear()
             if self._ethtool is not None:
                 self._ethtool.close()
+        finally:
+            self._lock.release()
 
     # -- the cycle -------------------------------------------------------------
 
@@ -384,6 +394,7 @@ class NicCollector:
                 self._epochs[key] = epoch
                 port = _Port(PortReader(ref, self._budget), place, key, epoch, speeds)
                 self._ports[key] = port
+                self._vanished.discard(key)
             else:
                 port.place = place
                 port.member_bps = speeds
@@ -403,6 +414,7 @@ class NicCollector:
         port = self._ports.pop(key, None)
         if port is not None:
             port.reader.close()
+            self._vanished.add(key)
         self._next_rescan = float("-inf")
 
     def _cycle(self) -> list[Reading]:
@@ -420,6 +432,9 @@ class NicCollector:
             self._port_readings(port, sample, ts, out)
             if self._ethtool is not None and port.place.members:
                 self._ethtool_readings(port, sample, ts, out)
+        # A port that vanished (hot-unplug, driver reload) is a link that is down,
+        # not a series that quietly goes stale while still saying "up".
+        out.extend(Reading(LINK_UP.name, key, 0.0) for key in sorted(self._vanished))
         for bus_id, place, where in self._gpus:
             if (place.device, place.port) in self._ports:
                 out.append(

@@ -265,14 +265,16 @@ async def test_hot_unplug_and_replug(fx: NicFixture, harness: MakeHarness) -> No
     fx.unplug("mlx5_1")
     fx.advance("mlx5_0", "1", "np_cnp_sent", 10)
     readings = await h.cycle()  # must not raise
-    assert not [r for r in readings if r.labels[0] == "mlx5_1"]
+    gone = [r for r in readings if r.labels[0] == "mlx5_1"]
+    assert [(r.name, r.value) for r in gone] == [("fabricwatch_nic_link_up", 0.0)]
     assert h.value("cnp_sent_packets", "mlx5_0", "1") == 10
-    assert h.now("link_up") == {("mlx5_0", "1"): 1.0}
+    assert h.now("link_up") == {("mlx5_0", "1"): 1.0, ("mlx5_1", "1"): 0.0}
     await h.cycle()
     fx.replug("mlx5_1")  # counters restart at 0
     fx.advance("mlx5_1", "1", "np_cnp_sent", 5)
     await h.cycle()
     assert h.now("cnp_sent_packets")[("mlx5_1", "1")] == 5
+    assert h.now("link_up")[("mlx5_1", "1")] == 1.0
     assert h.rate("cnp_sent_packets", "mlx5_1", "1") is None  # new epoch: a reset, not a delta
     fx.advance("mlx5_1", "1", "np_cnp_sent", 70)
     await h.cycle()
