@@ -136,6 +136,7 @@ _GPM_METRICS: dict[int, str] = {
     pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL: "tensor_active",
     pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL: "dram_active",
 }
+_EVENT_WAIT_MS = 400
 _GPM_MIN_INTERVAL = 0.1  # NVML wants > 100 ms between the two samples
 
 _EVENT_MASKS: tuple[tuple[int, EventKind], ...] = (
@@ -727,7 +728,8 @@ class NvmlFacade:
         backoff = 1.0
         while not self._watch_stop.is_set():
             try:
-                events = self.backend.wait_events(1000)
+                # Short waits bound how long close() waits for this thread.
+                events = self.backend.wait_events(_EVENT_WAIT_MS)
             except NvmlUnavailable as exc:
                 on_error(str(exc))
                 return

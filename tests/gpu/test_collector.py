@@ -1,0 +1,420 @@
+"""The GPU collector end to end: patched pynvml -> PynvmlBackend -> readings -> SnapshotStore."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import pynvml
+import pytest
+import structlog
+from structlog.testing import capture_logs
+
+from fabricwatch.collector import CollectorEnv
+from fabricwatch.collectors import builtin_registry
+from fabricwatch.collectors.gpu import SPECS, GpuCollector, GpuSettings, PynvmlBackend
+from fabricwatch.errors import CollectorError
+from fabricwatch.readings import MetricKind, Reading
+from fabricwatch.store import SnapshotStore
+
+from ._fakes import FakeGpu, FakeNvml
+from .conftest import MakeNvml
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+class Rig:
+    """A collector over the fake NVML, a manual clock and a store."""
+
+    def __init__(self, nvml: FakeNvml, tmp: Path, **settings: Any) -> None:
+        self.nvml = nvml
+        self.clock = Clock()
+        self.proc = tmp / "proc"
+        self.proc.mkdir(exist_ok=True)
+        env = CollectorEnv(node="n1", proc_root=self.proc, monotonic=self.clock)
+        settings.setdefault("call_timeout", 0.3)
+        self.collector = GpuCollector(
+            GpuSettings(**settings), env, PynvmlBackend(monotonic=self.clock)
+        )
+        self.store = SnapshotStore()
+        self.store.register("gpu", self.collector.metrics())
+
+    async def tick(self, dt: float = 1.0) -> Sequence[Reading]:
+        self.clock.t += dt
+        readings = await self.collector.collect()
+        res = self.store.ingest("gpu", readings, self.clock.t)
+        assert res.rejected == 0, res.reasons
+        return readings
+
+    def value(self, name: str, *labels: str) -> float:
+        s = self.store.get(f"fabricwatch_gpu_{name}", labels)
+        assert s is not None, (name, labels)
+        return s.value
+
+    def rate(self, name: str, *labels: str) -> float:
+        s = self.store.get(f"fabricwatch_gpu_{name}", labels)
+        assert s is not None and s.rate is not None, (name, labels)
+        return s.rate.per_second
+
+
+@pytest.fixture
+async def rig_factory(tmp_path: Path) -> AsyncIterator[Callable[..., Rig]]:
+    rigs: list[Rig] = []
+
+    def make(nvml: FakeNvml, **settings: Any) -> Rig:
+        r = Rig(nvml, tmp_path, **settings)
+        rigs.append(r)
+        return r
+
+    yield make
+    for r in rigs:
+        await r.collector.close()
+
+
+def _signals() -> list[tuple[str, str, tuple[str, ...]]]:
+    """GPU rows of docs/signals.md: (name, kind, labels)."""
+    rows = []
+    for line in (REPO / "docs" / "signals.md").read_text().splitlines():
+        m = re.match(r"^\| `(fabricwatch_gpu_\w+)` \| (\w+)[^|]*\| ([^|]+) \|", line)
+        if m:
+            labels = tuple(x.strip() for x in m.group(3).split(","))
+            rows.append((m.group(1), m.group(2), labels))
+    return rows
+
+
+def test_specs_match_signal_catalogue() -> None:
+    specs = {s.name: s for s in SPECS}
+    rows = _signals()
+    assert len(rows) == 14
+    for name, kind, labels in rows:
+        assert name in specs, name
+        assert specs[name].kind is MetricKind(kind), name
+        assert specs[name].labels == labels, name
+    for s in SPECS:
+        assert s.name.startswith("fabricwatch_gpu_")
+        assert "pid" not in s.labels
+
+
+def test_registered_in_builtin_registry() -> None:
+    factory = builtin_registry()["gpu"]
+    assert factory.settings is GpuSettings
+    c = factory.build(GpuSettings(backend="simulated", simulated_count=2), CollectorEnv())
+    assert c.name == "gpu"
+
+
+async def test_h100_end_to_end_values_and_rates(
+    make_nvml: MakeNvml, h100: list[FakeGpu], rig_factory: Callable[..., Rig]
+) -> None:
+    nvml = make_nvml(h100)
+    rig = rig_factory(nvml)
+    await rig.collector.start()
+    assert rig.collector.present
+    await rig.tick()
+    for g in h100:
+        g.link_counters[4]["tx_kib"] += 2_000_000.0  # 2e6 KiB in 1 s
+        g.link_counters[4]["crc"] += 3
+        g.device_fields[pynvml.NVML_FI_DEV_ENERGY] += 700_000.0  # mJ in 1 s = 700 W
+    await rig.tick()
+    assert rig.rate("nvlink_transmit_bytes", "0", "4") == pytest.approx(2e6 * 1024)
+    assert rig.rate("nvlink_transmit_bytes", "0", "5") == 0.0
+    assert rig.rate("nvlink_errors", "7", "4", "crc") == pytest.approx(3.0)
+    assert rig.rate("energy_joules", "1") == pytest.approx(700.0)
+    assert rig.value("power_watts", "0") == pytest.approx(71.97)
+    assert rig.value("power_limit_watts", "0") == pytest.approx(700.0)
+    assert rig.value("memory_total_bytes", "0") == 81559 * 1024 * 1024
+    assert rig.value("utilization_ratio", "0") == 0.0
+    assert rig.value("sm_active_ratio", "0") == 0.0
+    assert rig.value("compute_processes", "0") == 0.0
+    assert rig.value("healthy", "3") == 1.0
+    assert rig.value("sample_stale", "3") == 0.0
+    assert rig.value("nvlink_up", "2", "17") == 1.0
+    assert rig.value("clock_event_active", "0", "gpu_idle") == 1.0
+    assert rig.value("clock_event_active", "0", "hw_slowdown") == 0.0
+    assert rig.value("sm_clock_hertz", "0") == 345e6
+    assert rig.value("temperature_celsius", "0") == 36.0
+    assert rig.value("pcie_replays", "0") == 120.0
+    assert rig.value("fabric_info", "0", "", "completed") == 1.0
+    info = rig.store.get(
+        "fabricwatch_gpu_info",
+        (
+            "0",
+            "GPU-566e6f65-c38e-b12f-4824-6944218668b9",
+            "NVIDIA H100 80GB HBM3",
+            "00000000:53:00.0",
+        ),
+    )
+    assert info is not None and info.value == 1.0
+    assert rig.collector.clique() == ""
+
+
+async def test_b200_clique_and_blackwell_errors(
+    make_nvml: MakeNvml, b200: list[FakeGpu], rig_factory: Callable[..., Rig]
+) -> None:
+    rig = rig_factory(make_nvml(b200))
+    await rig.collector.start()
+    await rig.tick()
+    b200[0].link_counters[9]["recovery"] += 2
+    b200[0].link_counters[9]["tx_bytes"] += 5e9
+    await rig.tick()
+    clique = "9c6f5af3-53bf-49b5-a436-b66766c413c3.4026"
+    assert rig.value("fabric_info", "0", clique, "completed") == 1.0
+    assert rig.collector.clique() == clique
+    assert rig.rate("nvlink_errors", "0", "9", "recovery") == pytest.approx(2.0)
+    assert rig.rate("nvlink_transmit_bytes", "0", "9") == pytest.approx(5e9)
+    assert rig.store.get("fabricwatch_gpu_nvlink_errors", ("0", "9", "replay")) is None
+
+
+async def test_a100_no_gpm_no_utilization_under_mig(
+    make_nvml: MakeNvml, a100: list[FakeGpu], rig_factory: Callable[..., Rig]
+) -> None:
+    rig = rig_factory(make_nvml(a100))
+    await rig.collector.start()
+    await rig.tick()
+    await rig.tick()
+    assert rig.store.family("fabricwatch_gpu_sm_active_ratio") == ()
+    assert rig.store.family("fabricwatch_gpu_utilization_ratio") == ()
+    assert len(rig.store.family("fabricwatch_gpu_nvlink_up")) == 8 * 12
+    assert rig.value("power_watts", "0") == pytest.approx(67.03)
+    assert rig.store.family("fabricwatch_gpu_fabric_info")[0].labels == ("0", "", "not_supported")
+
+
+async def test_absent_logs_once_and_retries_slowly(
+    make_nvml: MakeNvml, h100: list[FakeGpu], rig_factory: Callable[..., Rig]
+) -> None:
+    nvml = make_nvml(h100, init_error=pynvml.NVML_ERROR_LIBRARY_NOT_FOUND)
+    rig = rig_factory(nvml, retry_interval=60.0)
+    with capture_logs() as logs:
+        await rig.collector.start()  # absence is not a start failure
+        for _ in range(5):
+            with pytest.raises(CollectorError, match=r"NVML not available: .*Not Found"):
+                await rig.tick(10.0)
+    warnings = [e for e in logs if e["log_level"] in ("warning", "error")]
+    assert [e["event"] for e in warnings] == ["nvml_absent"]
+    assert "no NVIDIA driver" in warnings[0]["reason"]
+    # start + one retry after 60 s (5 x 10 s), not one per cycle.
+    assert nvml.calls["nvmlInit"] == 1
+    nvml.init_error = None
+    rig.clock.t += 15.0
+    await rig.tick()  # 66 s after the start: due, and now it works
+    assert rig.collector.present
+    assert nvml.calls["nvmlInit"] == 2
+    assert rig.value("healthy", "0") == 1.0
+
+
+async def test_no_driver_on_this_machine(rig_factory: Callable[..., Rig], tmp_path: Path) -> None:
+    import ctypes.util
+
+    if ctypes.util.find_library("nvidia-ml"):
+        pytest.skip("libnvidia-ml is installed here: the no-driver path cannot be exercised")
+    env = CollectorEnv(proc_root=tmp_path)
+    c = GpuCollector(GpuSettings(), env, PynvmlBackend())
+    with capture_logs() as logs:
+        await c.start()
+        for _ in range(3):
+            with pytest.raises(CollectorError, match="NVML Shared Library Not Found"):
+                await c.collect()
+    await c.close()
+    assert [e["event"] for e in logs] == ["nvml_absent"]
+    assert not c.present
+
+
+async def test_hung_call_marks_stale_without_pile_up(
+    make_nvml: MakeNvml, h100: list[FakeGpu], rig_factory: Callable[..., Rig]
+) -> None:
+    nvml = make_nvml(h100)
+    rig = rig_factory(nvml, call_timeout=0.2, workers=4)
+    await rig.collector.start()
+    await rig.tick()
+    await rig.tick()
+    tx_before = rig.value("nvlink_transmit_bytes", "2", "0")
+    h100[2].hang = threading.Event()
+    with capture_logs() as logs:
+        for _ in range(4):
+            t0 = time.monotonic()
+            await rig.tick()
+            assert time.monotonic() - t0 < 5.0  # bounded; never waits for the hung call
+    assert rig.value("sample_stale", "2") == 1.0
+    assert rig.value("sample_stale", "3") == 0.0
+    assert rig.value("healthy", "2") == 1.0
+    assert rig.value("nvml_stuck_calls") == 1.0
+    # Last good values stay in place; counters were not repeated (no false zero rate).
+    assert rig.value("power_watts", "2") == pytest.approx(h100[2].power_mw / 1000)  # type: ignore[operator]
+    assert rig.value("nvlink_transmit_bytes", "2", "0") == tx_before
+    # One hung call, not one per cycle: the hung GPU was asked once, threads stay bounded.
+    assert nvml.calls["util"] == 2 * 8 + 8 + 3 * 7
+    assert rig.collector.facade.threads <= 4
+    assert [e["event"] for e in logs if e["log_level"] == "warning"] == ["nvml_call_hung"]
+    h100[2].hang.set()
+    h100[2].hang = None
+    for _ in range(50):  # bounded wait for the released thread to finish
+        if not rig.collector.facade.busy(2):
+            break
+        await asyncio.sleep(0.02)
+    await rig.tick()
+    assert rig.value("sample_stale", "2") == 0.0
+    assert rig.value("nvml_stuck_calls") == 0.0
+
+
+async def test_gpu_lost_marks_only_that_gpu(
+    make_nvml: MakeNvml, h100: list[FakeGpu], rig_factory: Callable[..., Rig]
+) -> None:
+    nvml = make_nvml(h100)
+    rig = rig_factory(nvml, lost_retry_interval=30.0)
+    await rig.collector.start()
+    await rig.tick()
+    h100[3].lost = True
+    with capture_logs() as logs:
+        await rig.tick()
+        await rig.tick()
+    assert rig.value("healthy", "3") == 0.0
+    assert rig.value("healthy", "4") == 1.0
+    assert [e["event"] for e in logs if e["log_level"] == "error"] == ["gpu_lost"]
+    status = {s.identity.index: s for s in rig.collector.state()}
+    assert not status[3].healthy and status[4].healthy
+    asked = nvml.calls["util"]
+    await rig.tick()  # within the retry interval: the lost GPU is not asked
+    assert nvml.calls["util"] == asked + 7
+    h100[3].lost = False
+    await rig.tick(31.0)
+    assert rig.value("healthy", "3") == 1.0
+
+
+async def test_driver_gone_mid_run_goes_absent(
+    make_nvml: MakeNvml, h100: list[FakeGpu], rig_factory: Callable[..., Rig]
+) -> None:
+    nvml = make_nvml(h100)
+    rig = rig_factory(nvml)
+    await rig.collector.start()
+    await rig.tick()
+    nvml.initialised = 0
+    nvml.init_error = pynvml.NVML_ERROR_DRIVER_NOT_LOADED
+    with capture_logs() as logs:
+        with pytest.raises(CollectorError, match="NVML not available"):
+            await rig.tick()
+        with pytest.raises(CollectorError, match="NVML not available"):
+            await rig.tick()
+    assert not rig.collector.present
+    assert [e["event"] for e in logs if e["log_level"] == "warning"] == ["nvml_absent"]
+
+
+async def test_init_hang_is_bounded(
+    make_nvml: MakeNvml,
+    h100: list[FakeGpu],
+    rig_factory: Callable[..., Rig],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    nvml = make_nvml(h100)
+    release = threading.Event()
+    calls = []
+
+    def hanging_init() -> None:
+        calls.append(1)
+        release.wait(10.0)
+        nvml.initialised += 1
+
+    monkeypatch.setattr(pynvml, "nvmlInit", hanging_init)
+    rig = rig_factory(nvml, call_timeout=0.2, retry_interval=1.0)
+    try:
+        await rig.collector.start()
+        assert not rig.collector.present
+        assert "did not answer" in rig.collector.absent_reason
+        with pytest.raises(CollectorError):
+            await rig.tick(5.0)  # retry due, but the first init still hangs
+        assert len(calls) == 1
+    finally:
+        release.set()
+
+
+async def test_xid_events_counted_per_code(
+    make_nvml: MakeNvml, h100: list[FakeGpu], rig_factory: Callable[..., Rig]
+) -> None:
+    nvml = make_nvml(h100)
+    rig = rig_factory(nvml)
+    await rig.collector.start()
+    assert any(t.name == "nvml-events" for t in threading.enumerate())
+    await rig.tick()
+    nvml.events.put((5, pynvml.nvmlEventTypeXidCriticalError, 79))
+    nvml.events.put((5, pynvml.nvmlEventTypeDoubleBitEccError, 0))
+    for _ in range(100):  # bounded: the watcher thread hands events over
+        if len(rig.collector.recent_events()) == 0:
+            await asyncio.sleep(0.02)
+            await rig.tick(0.001)
+        else:
+            break
+    assert [e.code for e in rig.collector.recent_events()] == [79, 0]
+    # Born at 0, so the first event has a rate one cycle later.
+    assert rig.value("xid_errors", "5", "79") == 0.0
+    await rig.tick()
+    assert rig.value("xid_errors", "5", "79") == 1.0
+    assert rig.rate("xid_errors", "5", "79") == pytest.approx(1.0)
+    assert rig.value("critical_events", "5", "double_bit_ecc") == 1.0
+    nvml.events.put((5, pynvml.nvmlEventTypeXidCriticalError, 79))
+    for _ in range(100):
+        if len(rig.collector.recent_events()) < 3:
+            await asyncio.sleep(0.02)
+            await rig.tick(0.001)
+        else:
+            break
+    assert rig.value("xid_errors", "5", "79") == 2.0
+    await rig.collector.close()
+    assert not any(t.name == "nvml-events" for t in threading.enumerate())
+    assert nvml.initialised == 0  # nvmlShutdown after the threads stopped
+
+
+async def test_job_attribution(
+    make_nvml: MakeNvml, h100: list[FakeGpu], rig_factory: Callable[..., Rig]
+) -> None:
+    rig = rig_factory(make_nvml(h100))
+    (rig.proc / "4242").mkdir()
+    (rig.proc / "4242" / "cgroup").write_text(
+        "0::/system.slice/slurmstepd.scope/job_8812/step_0/user/task_0\n"
+    )
+    (rig.proc / "4243").mkdir()
+    (rig.proc / "4243" / "cgroup").write_text(
+        "0::/kubepods.slice/kubepods-burstable.slice/"
+        "kubepods-burstable-pod1a2b3c4d_0000_4e5f_8a9b_0123456789ab.slice/cri-containerd-x.scope\n"
+    )
+    h100[0].pids = [4242]
+    h100[1].pids = [4243, 4243]
+    h100[2].pids = [999999]  # gone before we looked: counted, no job
+    await rig.collector.start()
+    await rig.tick()
+    assert rig.value("compute_processes", "0") == 1.0
+    assert rig.value("compute_processes", "2") == 1.0
+    assert rig.value("job_info", "0", "slurm:8812") == 1.0
+    assert rig.value("job_info", "1", "k8s:1a2b3c4d-0000-4e5f-8a9b-0123456789ab") == 1.0
+    assert (
+        rig.store.family("fabricwatch_gpu_job_info")
+        and len(rig.store.family("fabricwatch_gpu_job_info")) == 2
+    )
+    status = rig.collector.state()
+    assert status[0].jobs == ("slurm:8812",)
+    assert status[0].sample is not None and status[0].sample.pids == (4242,)
+
+
+async def test_structlog_output_has_no_traceback(
+    make_nvml: MakeNvml,
+    h100: list[FakeGpu],
+    rig_factory: Callable[..., Rig],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    structlog.reset_defaults()
+    rig = rig_factory(make_nvml(h100, init_error=pynvml.NVML_ERROR_LIBRARY_NOT_FOUND))
+    await rig.collector.start()
+    out = capsys.readouterr()
+    text = out.out + out.err
+    assert "nvml_absent" in text
+    assert "Traceback" not in text
