@@ -16,11 +16,11 @@ from __future__ import annotations
 import math
 from collections.abc import Hashable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 
-@dataclass(frozen=True, slots=True)
-class Rate:
-    """A per-second rate and the interval it covers.
+class Rate(NamedTuple):
+    """A per-second rate and the interval it covers (a NamedTuple: made per sample).
 
     Attributes:
         per_second: the rate, always finite and >= 0.
@@ -36,18 +36,6 @@ class Rate:
     interval: float
     held: bool = False
     gap: bool = False
-
-
-@dataclass(slots=True)
-class _State:
-    value: float
-    ts: float
-    epoch: int | None
-    change_ts: float
-    refresh: float | None  # shortest observed interval between changes
-    last_rate: float
-    total: float
-    moved: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,18 +54,103 @@ class TrackerSettings:
     max_hold: float = 5.0
 
 
+class CounterState:
+    """Rate state of one counter series; :class:`CounterTracker` keys these by series.
+
+    Owners that already hold a per-series object (the snapshot store) keep a
+    ``CounterState`` in it and skip the tracker's dict lookup.
+    """
+
+    __slots__ = ("change_ts", "epoch", "last_rate", "moved", "refresh", "total", "ts", "value")
+
+    def __init__(self, value: float, ts: float, epoch: int | None) -> None:
+        self.value = value
+        self.ts = ts
+        self.epoch = epoch
+        self.change_ts = ts
+        self.refresh: float | None = None  # shortest observed interval between changes
+        self.last_rate = 0.0
+        self.total = value
+        self.moved = False
+
+    def update(
+        self, value: float, ts: float, settings: TrackerSettings, *, bits: int = 64,
+        epoch: int | None = None,
+    ) -> Rate | None:
+        """See :meth:`CounterTracker.update`; ``value`` must already be finite and >= 0."""
+        dt = ts - self.ts
+        if dt <= 0:
+            return None
+        if epoch != self.epoch:
+            self._reset(value, ts, epoch)
+            return None
+        delta = value - self.value
+        if delta < 0:
+            modulus = 1 << bits  # int: exact for 64-bit values beyond 2**53
+            wrapped = value + modulus - self.value
+            # A wrap leaves the old value in the top half of the range and the
+            # new one low; anything else going backwards is a reset.
+            if self.value >= modulus / 2 and 0 <= wrapped < modulus / 2:
+                delta = wrapped
+            else:
+                self._reset(value, ts, epoch)
+                return None
+        self.value = value
+        self.ts = ts
+        self.total += delta
+        if delta == 0:
+            since_change = ts - self.change_ts
+            period = self.refresh if self.refresh is not None else dt
+            if self.moved and since_change <= min(settings.hold_factor * period,
+                                                  settings.max_hold):
+                return Rate(self.last_rate, since_change, True, False)
+            return Rate(0.0, dt, False, dt > settings.gap_after)
+        # The value only moves at changes, so ``delta`` is the whole change
+        # since ``change_ts``: spread it over that interval.
+        interval = ts - self.change_ts
+        per_second = delta / interval
+        # Only an interval since a *recent* change tells the refresh period;
+        # after a long quiet stretch it would overestimate it.
+        if self.moved and interval <= settings.max_hold:
+            self.refresh = interval if self.refresh is None else min(self.refresh, interval)
+        self.change_ts = ts
+        self.last_rate = per_second
+        self.moved = True
+        return Rate(per_second, interval, False, interval > settings.gap_after)
+
+    def _reset(self, value: float, ts: float, epoch: int | None) -> None:
+        self.value = value
+        self.ts = ts
+        self.epoch = epoch
+        self.change_ts = ts
+        self.moved = False
+        self.last_rate = 0.0
+        # Prometheus semantics: after a reset the counter restarted from zero.
+        self.total += value
+
+
+def valid_sample(value: float) -> bool:
+    """Counter samples must be finite and non-negative; anything else is ignored."""
+    return value >= 0 and math.isfinite(value)
+
+
 class CounterTracker:
     """Turns successive counter samples into rates, per series key.
 
-    One instance per consumer (the pipeline has one; a collector that derives
-    signals from rates may own another). Not thread-safe: use from one task.
+    One instance per consumer (a collector that derives signals from rates
+    owns one). Not thread-safe: use from one task.
     """
 
     __slots__ = ("_settings", "_states")
 
     def __init__(self, settings: TrackerSettings | None = None) -> None:
         self._settings = settings or TrackerSettings()
-        self._states: dict[Hashable, _State] = {}
+        self._states: dict[Hashable, CounterState] = {}
+
+    @property
+    def settings(self) -> TrackerSettings:
+        """The tuning in force."""
+        return self._settings
 
     def __len__(self) -> int:
         return len(self._states)
@@ -98,51 +171,13 @@ class CounterTracker:
         are not finite or negative (ignored entirely), and for samples whose
         timestamp does not advance.
         """
-        if not math.isfinite(value) or value < 0:
+        if not valid_sample(value):
             return None
         st = self._states.get(key)
         if st is None:
-            self._states[key] = _State(value, ts, epoch, ts, None, 0.0, value, False)
+            self._states[key] = CounterState(value, ts, epoch)
             return None
-        dt = ts - st.ts
-        if dt <= 0:
-            return None
-        if epoch != st.epoch:
-            self._reset(st, value, ts, epoch, counted=value)
-            return None
-        delta = value - st.value
-        if delta < 0:
-            modulus = 1 << bits  # int: exact for 64-bit values beyond 2**53
-            wrapped = value + modulus - st.value
-            # A wrap leaves the old value in the top half of the range and the
-            # new one low; anything else going backwards is a reset.
-            if st.value >= modulus / 2 and 0 <= wrapped < modulus / 2:
-                delta = wrapped
-            else:
-                self._reset(st, value, ts, epoch, counted=value)
-                return None
-        st.value = value
-        st.ts = ts
-        st.total += delta
-        s = self._settings
-        if delta == 0:
-            since_change = ts - st.change_ts
-            period = st.refresh if st.refresh is not None else dt
-            if st.moved and since_change <= min(s.hold_factor * period, s.max_hold):
-                return Rate(st.last_rate, since_change, held=True)
-            return Rate(0.0, dt, gap=dt > s.gap_after)
-        # The value only moves at changes, so ``delta`` is the whole change
-        # since ``change_ts``: spread it over that interval.
-        interval = ts - st.change_ts
-        per_second = delta / interval
-        # Only an interval since a *recent* change tells the refresh period;
-        # after a long quiet stretch it would overestimate it.
-        if st.moved and interval <= s.max_hold:
-            st.refresh = interval if st.refresh is None else min(st.refresh, interval)
-        st.change_ts = ts
-        st.last_rate = per_second
-        st.moved = True
-        return Rate(per_second, interval, gap=interval > s.gap_after)
+        return st.update(value, ts, self._settings, bits=bits, epoch=epoch)
 
     def total(self, key: Hashable) -> float | None:
         """The unwrapped running total of a series (monotonic except across resets)."""
@@ -159,14 +194,3 @@ class CounterTracker:
         for k in old:
             del self._states[k]
         return len(old)
-
-    @staticmethod
-    def _reset(st: _State, value: float, ts: float, epoch: int | None, *, counted: float) -> None:
-        st.value = value
-        st.ts = ts
-        st.epoch = epoch
-        st.change_ts = ts
-        st.moved = False
-        st.last_rate = 0.0
-        # Prometheus semantics: after a reset the counter restarted from zero.
-        st.total += counted

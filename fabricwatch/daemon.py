@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import resource
 import signal
 import time
 from collections.abc import Callable
@@ -36,6 +37,24 @@ log = structlog.get_logger("fabricwatch.daemon")
 EXIT_OK = 0
 EXIT_CONFIG = 2
 EXIT_STARTUP = 3
+
+
+def raise_open_file_limit(want: int = 65536) -> int:
+    """Raise the soft RLIMIT_NOFILE towards the hard limit; return the new soft limit.
+
+    Collectors keep sysfs counter files open between cycles (pread is ~8x
+    cheaper than open/read/close); systemd's default soft limit of 1024 would
+    cap that on nodes with many ports.
+    """
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = want if hard == resource.RLIM_INFINITY else min(want, hard)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        except (ValueError, OSError):
+            return soft
+        return target
+    return soft
 
 
 def resolve_state_dir(settings: DaemonSettings, explicit: bool) -> Path:
@@ -121,6 +140,7 @@ class Daemon:
     async def run(self) -> int:
         """Run until SIGTERM/SIGINT (or :meth:`request_stop`); return the exit code."""
         cfg = self.config
+        raise_open_file_limit()
         state_dir = resolve_state_dir(cfg.daemon, explicit=self._state_dir_explicit())
         self.env = CollectorEnv(
             node=cfg.daemon.node_name(),

@@ -8,7 +8,8 @@ in the order of the spec's ``labels``: it keeps the hot path free of dicts.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import NamedTuple
 
 METRIC_PREFIX = "fabricwatch_"
 
@@ -64,9 +65,11 @@ class HistogramValue:
     sum: float
 
 
-@dataclass(frozen=True, slots=True)
-class Reading:
+class Reading(NamedTuple):
     """One sample of one series.
+
+    A NamedTuple rather than a dataclass: collectors create thousands per
+    second and tuple construction is about three times cheaper.
 
     Attributes:
         name: the family's :attr:`MetricSpec.name`.
@@ -85,4 +88,4 @@ class Reading:
     value: float
     ts: float | None = None
     epoch: int | None = None
-    histogram: HistogramValue | None = field(default=None, compare=False)
+    histogram: HistogramValue | None = None

@@ -13,15 +13,15 @@ import math
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
-from fabricwatch.counters import CounterTracker, Rate, TrackerSettings
+from fabricwatch.counters import CounterState, Rate, TrackerSettings, valid_sample
 from fabricwatch.readings import HistogramValue, MetricKind, MetricSpec, Reading
 
 SeriesKey = tuple[str, tuple[str, ...]]
 
 
-@dataclass(frozen=True, slots=True)
-class Point:
+class Point(NamedTuple):
     """One point of a series' history: a gauge value or a counter's rate."""
 
     ts: float
@@ -47,6 +47,7 @@ class Series:
     history: deque[Point]
     rate: Rate | None = None
     histogram: HistogramValue | None = None
+    counter: CounterState | None = None
 
     def label_map(self) -> dict[str, str]:
         """Labels as a name -> value mapping (allocates; not for hot paths)."""
@@ -84,7 +85,7 @@ class SnapshotStore:
             raise ValueError(msg)
         self._history = history
         self._stale_after = stale_after
-        self._tracker = CounterTracker(tracker)
+        self._tracker = tracker or TrackerSettings()
         self._specs: dict[str, MetricSpec] = {}
         self._owner: dict[str, str] = {}
         self._series: dict[SeriesKey, Series] = {}
@@ -112,37 +113,54 @@ class SnapshotStore:
         with a non-finite value are rejected and counted, never raised.
         """
         result = IngestResult()
+        specs = self._specs
+        owner = self._owner
+        series_map = self._series
+        tracker = self._tracker
+        counter, histogram = MetricKind.COUNTER, MetricKind.HISTOGRAM
+        isfinite = math.isfinite
+        accepted = 0
         for r in readings:
-            spec = self._specs.get(r.name)
-            if spec is None or self._owner[r.name] != collector:
+            name, labels, value = r.name, r.labels, r.value
+            spec = specs.get(name)
+            if spec is None or owner[name] != collector:
                 result.reject("undeclared")
                 continue
-            if len(r.labels) != len(spec.labels):
+            if len(labels) != len(spec.labels):
                 result.reject("labels")
                 continue
-            if not math.isfinite(r.value):
+            if not isfinite(value):
                 result.reject("not_finite")
                 continue
             ts = now if r.ts is None else r.ts
-            key = (r.name, r.labels)
-            s = self._series.get(key)
+            key = (name, labels)
+            s = series_map.get(key)
             if s is None:
-                s = Series(spec, r.labels, collector, r.value, ts, deque(maxlen=self._history))
-                self._series[key] = s
-                self._by_name[r.name][r.labels] = s
+                s = Series(spec, labels, collector, value, ts, deque(maxlen=self._history))
+                series_map[key] = s
+                self._by_name[name][labels] = s
             s.updated = ts
-            if spec.kind is MetricKind.COUNTER:
-                rate = self._tracker.update(key, r.value, ts, bits=spec.bits, epoch=r.epoch)
-                total = self._tracker.total(key)
-                s.value = r.value if total is None else total
+            if spec.kind is counter:
+                if not valid_sample(value):
+                    result.reject("negative")
+                    continue
+                cs = s.counter
+                if cs is None:
+                    s.counter = cs = CounterState(value, ts, r.epoch)
+                    rate = None
+                else:
+                    rate = cs.update(value, ts, tracker, bits=spec.bits, epoch=r.epoch)
+                s.value = cs.total
                 s.rate = rate
                 if rate is not None:
                     s.history.append(Point(ts, rate.per_second))
             else:
-                s.value = r.value
-                s.histogram = r.histogram
-                s.history.append(Point(ts, r.value))
-            result.accepted += 1
+                s.value = value
+                if spec.kind is histogram:
+                    s.histogram = r.histogram
+                s.history.append(Point(ts, value))
+            accepted += 1
+        result.accepted = accepted
         return result
 
     def expire(self, now: float) -> int:
@@ -152,7 +170,6 @@ class SnapshotStore:
         for key in old:
             del self._series[key]
             del self._by_name[key[0]][key[1]]
-            self._tracker.forget(key)
         return len(old)
 
     def get(self, name: str, labels: tuple[str, ...]) -> Series | None:

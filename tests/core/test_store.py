@@ -58,12 +58,13 @@ def test_bad_readings_are_rejected_and_counted_not_raised() -> None:
             Reading("fabricwatch_unknown", (), 1.0),
             Reading(G.name, ("a", "b"), 1.0),
             Reading(G.name, ("a",), math.nan),
+            Reading(C.name, ("p",), -3),
             Reading(G.name, ("a",), 2.0),
         ],
         0.0,
     )
     assert res.accepted == 1
-    assert res.reasons == {"undeclared": 1, "labels": 1, "not_finite": 1}
+    assert res.reasons == {"undeclared": 1, "labels": 1, "not_finite": 1, "negative": 1}
 
 
 def test_a_collector_cannot_write_another_collectors_family() -> None:
