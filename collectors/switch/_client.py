@@ -316,24 +316,18 @@ class PysnmpSession:
         else:
             self._auth = hl.CommunityData(community or "public", mpModel=1)  # noqa: S508
             self._context = hl.ContextData()
-        from pysnmp.proto import rfc1902, rfc1905
+        from pyasn1.type import univ
+        from pysnmp.proto import rfc1905
 
-        self._numeric = (
-            rfc1902.Integer32,
-            rfc1902.Integer,
-            rfc1902.Counter32,
-            rfc1902.Counter64,
-            rfc1902.Gauge32,
-            rfc1902.TimeTicks,
-            rfc1902.Unsigned32,
-        )
-        self._octets = (rfc1902.OctetString, rfc1902.IpAddress, rfc1902.Opaque)
+        # Check the pyasn1 bases: values may arrive as univ types, not rfc1902 ones.
+        self._numeric = univ.Integer
+        self._octets = univ.OctetString
         self._specials = (
             (rfc1905.NoSuchObject, Special.NO_SUCH_OBJECT),
             (rfc1905.NoSuchInstance, Special.NO_SUCH_INSTANCE),
             (rfc1905.EndOfMibView, Special.END_OF_MIB_VIEW),
         )
-        self._oid_type = rfc1902.ObjectName
+        self._oid_type = univ.ObjectIdentifier
 
     async def _ensure(self) -> None:
         if self._engine is None:

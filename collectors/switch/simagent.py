@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import bisect
+import contextlib
 import os
 import time
 from collections.abc import Callable, Iterable
@@ -384,10 +385,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--community", default="public")
     ap.add_argument("--storm-after", type=float, default=None)
     args = ap.parse_args(argv)
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(_serve(args))
-    except KeyboardInterrupt:
-        pass
 
 
 if __name__ == "__main__":

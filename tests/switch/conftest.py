@@ -124,8 +124,18 @@ def snmpd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Snmpd]:
     port = free_port(kind=2)
     env = {**os.environ, "SNMP_PERSISTENT_DIR": str(work / "persist"), "MIBS": ""}
     proc = subprocess.Popen(
-        [exe, "-f", "-Lf", str(work / "snmpd.log"), "-C", "-c", str(conf),
-         "-p", str(work / "pid"), f"udp:127.0.0.1:{port}"],
+        [
+            exe,
+            "-f",
+            "-Lf",
+            str(work / "snmpd.log"),
+            "-C",
+            "-c",
+            str(conf),
+            "-p",
+            str(work / "pid"),
+            f"udp:127.0.0.1:{port}",
+        ],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -134,10 +144,31 @@ def snmpd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Snmpd]:
         deadline = time.monotonic() + 15
         while time.monotonic() < deadline:
             r = subprocess.run(
-                ["snmpget", "-v3", "-l", "authPriv", "-u", "fwsha", "-a", "SHA", "-A",
-                 users["fwsha"][1], "-x", "AES", "-X", users["fwsha"][3], "-r", "0", "-t",
-                 "0.5", f"127.0.0.1:{port}", "1.3.6.1.2.1.1.5.0"],
-                capture_output=True, check=False, timeout=10,
+                [
+                    "snmpget",
+                    "-v3",
+                    "-l",
+                    "authPriv",
+                    "-u",
+                    "fwsha",
+                    "-a",
+                    "SHA",
+                    "-A",
+                    users["fwsha"][1],
+                    "-x",
+                    "AES",
+                    "-X",
+                    users["fwsha"][3],
+                    "-r",
+                    "0",
+                    "-t",
+                    "0.5",
+                    f"127.0.0.1:{port}",
+                    "1.3.6.1.2.1.1.5.0",
+                ],
+                capture_output=True,
+                check=False,
+                timeout=10,
             )
             if r.returncode == 0:
                 break

@@ -88,8 +88,9 @@ def sonic64() -> str:
             "leaf-sonic-1",
         )
         yield from _if_rows(ports)
-        yield from _lldp(ports, {1: ("gpu-node-7", "eth0"), 5: ("gpu-node-7", "eth1"),
-                                 9: ("gpu-node-8", "eth0")})
+        yield from _lldp(
+            ports, {1: ("gpu-node-7", "eth0"), 5: ("gpu-node-7", "eth1"), 9: ("gpu-node-8", "eth0")}
+        )
         pfc = "1.3.6.1.4.1.9.9.813.1"
         for i, _ in ports:
             # Interface totals: SONiC fills them from priority 3 only (not used).
@@ -103,6 +104,7 @@ def sonic64() -> str:
                 for typ in (1, 2, 5, 6):
                     rate = 3 if (typ == 5 and g == 4 and i == 1) else 0
                     yield f"1.3.6.1.4.1.9.9.580.1.5.5.1.4.{i}.2.{g}.{typ}|70:numeric|rate={rate}"
+
     return _rec(lines())
 
 
@@ -112,11 +114,11 @@ def onyx() -> str:
     nums = {i: n + 1 for n, (i, _) in enumerate(ports)}  # lldpLocPortNum 1..4
 
     def lines() -> Iterator[str]:
-        yield from _system("Mellanox SN2700,Onyx,SWv3.9.3124", "1.3.6.1.4.1.33049.1.1.1.2700",
-                           "leaf-onyx-1")
+        yield from _system(
+            "Mellanox SN2700,Onyx,SWv3.9.3124", "1.3.6.1.4.1.33049.1.1.1.2700", "leaf-onyx-1"
+        )
         yield from _if_rows(ports, speed=100000)
-        yield from _lldp(ports, {152: ("gpu-node-3", "enp1s0f0")}, time_mark=73412,
-                         port_num=nums)
+        yield from _lldp(ports, {152: ("gpu-node-3", "enp1s0f0")}, time_mark=73412, port_num=nums)
         q = "1.3.6.1.4.1.33049.15.1"
         for i, _ in ports:
             for p in range(8):
@@ -127,6 +129,7 @@ def onyx() -> str:
                 yield f"{q}.2.1.6.{i}.{p}|70|0"
                 yield f"{q}.4.1.8.{i}.{p}|70|0"
                 yield f"{q}.4.1.9.{i}.{p}|70|0"
+
     return _rec(lines())
 
 
@@ -154,6 +157,7 @@ def arista_pfc() -> str:
             for q in range(8):
                 for typ in (0, 1):
                     yield f"{qd}.{i}.{q}.{typ}|70|0"
+
     return _rec(lines())
 
 
@@ -178,6 +182,7 @@ def cumulus_counters() -> str:
             for t in range(8):
                 for off in (2, 3, 4):
                     yield f"{tc}.{off + 3 * t}.{i}|70|0"
+
     return _rec(lines())
 
 
@@ -186,14 +191,18 @@ def dell_fpstats() -> str:
     ports = [(2113038, "hundredGigE 1/32"), (2113166, "hundredGigE 1/33")]
 
     def lines() -> Iterator[str]:
-        yield from _system("Dell EMC Networking OS Application Software Version: 9.14(2.4)",
-                           "1.3.6.1.4.1.6027.1.5.2", "leaf-dell-1")
+        yield from _system(
+            "Dell EMC Networking OS Application Software Version: 9.14(2.4)",
+            "1.3.6.1.4.1.6027.1.5.2",
+            "leaf-dell-1",
+        )
         yield from _if_rows(ports, speed=100000)
         t = "1.3.6.1.4.1.6027.3.27.1.11.1"
         for i, _ in ports:
             for p in range(1, 9):
                 yield f"{t}.2.{i}.{p}|70|0"
                 yield f"{t}.3.{i}.{p}|70:numeric|rate={5 if p == 4 else 0}"
+
     return _rec(lines())
 
 
@@ -202,8 +211,11 @@ def nxos_pfc() -> str:
     ports = [(436207616, "Ethernet1/1"), (436211712, "Ethernet1/2")]
 
     def lines() -> Iterator[str]:
-        yield from _system("Cisco NX-OS(tm) Nexus9000 C9336C-FX2, Version 10.3(4a)",
-                           "1.3.6.1.4.1.9.12.3.1.3.1812", "spine-nxos-1")
+        yield from _system(
+            "Cisco NX-OS(tm) Nexus9000 C9336C-FX2, Version 10.3(4a)",
+            "1.3.6.1.4.1.9.12.3.1.3.1812",
+            "spine-nxos-1",
+        )
         yield from _if_rows(ports, speed=100000)
         pfc = "1.3.6.1.4.1.9.9.813.1"
         for i, _ in ports:
@@ -213,6 +225,7 @@ def nxos_pfc() -> str:
                 wait = 250000 if (p == 3 and i == 436207616) else 0
                 yield f"{pfc}.4.1.2.{i}.{p}|70:numeric|rate={wait}"
                 yield f"{pfc}.4.1.3.{i}.{p}|70|0"
+
     return _rec(lines())
 
 

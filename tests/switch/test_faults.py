@@ -12,9 +12,9 @@ import structlog
 from fabricwatch.collectors.switch import TargetSettings
 from fabricwatch.collectors.switch._client import NativeV2cSession, SnmpMalformed, SnmpTimeout
 from fabricwatch.collectors.switch.simagent import SimAgent, demo_switch
+from tests.conftest import free_port
 
 from .conftest import Harness, ManualClock, community_file
-from tests.conftest import free_port
 
 UP = "fabricwatch_switch_target_up"
 
@@ -35,8 +35,7 @@ async def test_agent_down_backoff_and_recovery(
 ) -> None:
     clock = ManualClock()
     port = free_port(kind=socket.SOCK_DGRAM)
-    h = make_harness([_target(tmp_path, port)], clock=clock, backoff_initial=2.0,
-                     backoff_max=8.0)
+    h = make_harness([_target(tmp_path, port)], clock=clock, backoff_initial=2.0, backoff_max=8.0)
     await h.collector.start()
     st = h.collector.target_state("leaf1")
     delays = []
@@ -137,7 +136,7 @@ async def test_raw_session_errors() -> None:
         else:
             raise AssertionError("silence accepted")
         agent.fault = "none"
-        ((oid, value),) = await s.get([(1, 3, 6, 1, 2, 1, 1, 5, 0)])
+        ((_, value),) = await s.get([(1, 3, 6, 1, 2, 1, 1, 5, 0)])
         assert value == b"sim-leaf1"
         # A late answer to an earlier try is still matched (same future).
         assert s.stats.timeouts == 2

@@ -51,10 +51,12 @@ async def _polls(h: Harness, clock: ManualClock, n: int, step: float = 1.0) -> N
 
 
 async def test_node_mode_polls_only_lldp_uplinks(
-    sim: tuple[SimSwitch, SimAgent], clock: ManualClock, tmp_path: Path,
+    sim: tuple[SimSwitch, SimAgent],
+    clock: ManualClock,
+    tmp_path: Path,
     make_harness: Callable[..., Harness],
 ) -> None:
-    sw, agent = sim
+    _, agent = sim
     h = make_harness([_target(tmp_path, agent)], clock=clock)
     await h.collector.start()
     await _polls(h, clock, 2)
@@ -76,7 +78,9 @@ async def test_node_mode_polls_only_lldp_uplinks(
 
 
 async def test_priority3_storm_pauses_only_that_port(
-    sim: tuple[SimSwitch, SimAgent], clock: ManualClock, tmp_path: Path,
+    sim: tuple[SimSwitch, SimAgent],
+    clock: ManualClock,
+    tmp_path: Path,
     make_harness: Callable[..., Harness],
 ) -> None:
     sw, agent = sim
@@ -100,7 +104,9 @@ async def test_priority3_storm_pauses_only_that_port(
 
 
 async def test_agent_restart_gives_no_spike(
-    sim: tuple[SimSwitch, SimAgent], clock: ManualClock, tmp_path: Path,
+    sim: tuple[SimSwitch, SimAgent],
+    clock: ManualClock,
+    tmp_path: Path,
     make_harness: Callable[..., Harness],
 ) -> None:
     sw, agent = sim
@@ -126,7 +132,9 @@ async def test_agent_restart_gives_no_spike(
 
 
 async def test_counter_discontinuity_time_rebaselines(
-    sim: tuple[SimSwitch, SimAgent], clock: ManualClock, tmp_path: Path,
+    sim: tuple[SimSwitch, SimAgent],
+    clock: ManualClock,
+    tmp_path: Path,
     make_harness: Callable[..., Harness],
 ) -> None:
     sw, agent = sim
@@ -148,7 +156,9 @@ async def test_counter_discontinuity_time_rebaselines(
 
 
 async def test_oper_status_and_flaps(
-    sim: tuple[SimSwitch, SimAgent], clock: ManualClock, tmp_path: Path,
+    sim: tuple[SimSwitch, SimAgent],
+    clock: ManualClock,
+    tmp_path: Path,
     make_harness: Callable[..., Harness],
 ) -> None:
     sw, agent = sim
@@ -181,8 +191,9 @@ async def test_lldp_port_numbers_differ_from_ifindex(
         for nic, mac in (("lo", "00:00:00:00:00:00"), ("ens1f0", "0C:42:A1:00:00:07")):
             (sysfs / "class" / "net" / nic).mkdir(parents=True)
             (sysfs / "class" / "net" / nic / "address").write_text(mac + "\n")
-        h = make_harness([_target(tmp_path, agent)], clock=clock, node="not-in-lldp",
-                         sys_root=sysfs)
+        h = make_harness(
+            [_target(tmp_path, agent)], clock=clock, node="not-in-lldp", sys_root=sysfs
+        )
         await h.collector.start()
         await h.poll()
         st = h.collector.target_state("leaf1")
@@ -195,24 +206,26 @@ async def test_lldp_port_numbers_differ_from_ifindex(
 
 
 async def test_static_uplinks_override_discovery(
-    sim: tuple[SimSwitch, SimAgent], clock: ManualClock, tmp_path: Path,
+    sim: tuple[SimSwitch, SimAgent],
+    clock: ManualClock,
+    tmp_path: Path,
     make_harness: Callable[..., Harness],
 ) -> None:
     _, agent = sim
-    h = make_harness([_target(tmp_path, agent, uplinks=["Ethernet12", "9", "Nope0"])],
-                     clock=clock)
+    h = make_harness([_target(tmp_path, agent, uplinks=["Ethernet12", "9", "Nope0"])], clock=clock)
     await h.collector.start()
     with structlog.testing.capture_logs() as logs:
         await h.poll()
     st = h.collector.target_state("leaf1")
     assert sorted(st.ports) == [9, 13]
-    assert any(e["event"] == "switch_static_uplink_unknown" and e["port"] == "Nope0"
-               for e in logs)
+    assert any(e["event"] == "switch_static_uplink_unknown" and e["port"] == "Nope0" for e in logs)
     assert h.value("fabricwatch_switch_uplink_info", "leaf1", "Ethernet12", "static") == 1.0
 
 
 async def test_switch_mode_polls_every_port_and_discovery_logs_changes(
-    sim: tuple[SimSwitch, SimAgent], clock: ManualClock, tmp_path: Path,
+    sim: tuple[SimSwitch, SimAgent],
+    clock: ManualClock,
+    tmp_path: Path,
     make_harness: Callable[..., Harness],
 ) -> None:
     sw, agent = sim
