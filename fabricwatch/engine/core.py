@@ -216,7 +216,9 @@ class Engine:
         ep.last_bad = now
         lost = dt * (len(bad) if kind == "stall" else sum(g.lost_work() for g in bad))
         ep.gpu_seconds += lost
-        duration = now - ep.onset
+        # Measured on samples, not ticks: a GPU whose next samples are
+        # missing must not look idle for longer than it was seen idle.
+        duration = max(g.last_sample for g in bad) - ep.onset
         if ep.live is None:
             if kind == "stall":
                 if duration < s.min_duration_with_evidence:

@@ -33,7 +33,7 @@ DB_FILENAME = "incidents.sqlite3"
 APPLICATION_ID = 0x46574931  # "FWI1": lets us refuse other programs' SQLite files
 SCHEMA_VERSION = 1
 
-TransitionHook = Callable[[sqlite3.Connection, IncidentTransition], None]
+TransitionHook = Callable[[sqlite3.Connection, IncidentTransition], object]
 
 _BASE_MIGRATIONS: dict[int, tuple[str, ...]] = {
     1: (

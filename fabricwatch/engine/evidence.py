@@ -265,7 +265,7 @@ def score_links(ctx: ScoreContext) -> list[Evidence]:
         events = _new_events(s, ctx, on)
         if events > 0:
             culprit = _nic_culprit(s, False)
-            text = f"{events:.0f} link-down event(s) on {_where(culprit)}"
+            text = f"{max(1, round(events))} link-down event(s) on {_where(culprit)}"
             out.append(Evidence("link_down", s.spec.name, culprit, 0.9, events, 0.0, text))
     return out
 

@@ -408,7 +408,7 @@ def parse_openmetrics(lines: Iterable[str], mapper: Mapper, *, source: str = "<i
         if line[0] == "#":
             if line.strip() == "# EOF":
                 eof = True
-            elif line.startswith(("# TYPE ", "# HELP ", "# UNIT ")):
+            elif line.split(None, 2)[1:2] in (["TYPE"], ["HELP"], ["UNIT"]):
                 parts = line.split(None, 3)
                 if len(parts) < 3 or not re.fullmatch(r"[a-zA-Z_:][a-zA-Z0-9_:]*", parts[2]):
                     raise ParseError(f"malformed {parts[1]} line", source=source, line=lineno)

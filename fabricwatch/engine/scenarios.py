@@ -365,7 +365,7 @@ class _Sim:
             power = self.idle_w + (self.limit * 0.92 - self.idle_w) * val / self.base_sm * 0.9
             power = min(self.limit, power * (0.97 + 0.06 * r.random()))
             if a < 0.05 and util > 0.5:
-                power = self.idle_w * 1.6  # spinning NCCL kernels draw a little
+                power = self.idle_w * 1.4  # spinning NCCL kernels draw a little
             key = (g,)
             if "sm" not in self.off and r.random() >= miss:
                 rs.append(Reading(sig.GPU_SM, key, val, ts=ts))
@@ -373,8 +373,9 @@ class _Sim:
                 rs.append(Reading(sig.GPU_UTIL, key, util, ts=ts))
             if r.random() >= miss:
                 rs.append(Reading(sig.GPU_POWER, key, power, ts=ts))
-            if k % 5 == i % 5 and r.random() >= miss:
+            if r.random() >= miss:
                 rs.append(Reading(sig.GPU_PROCS, key, 1.0 if in_job else 0.0, ts=ts))
+            if k % 5 == i % 5 and r.random() >= miss:
                 rs.append(Reading(sig.GPU_MEM, key, self.mem if in_job else 3e8, ts=ts))
             if k % 10 == i % 10:
                 rs.append(Reading(sig.GPU_POWER_LIMIT, key, self.limit, ts=ts))
