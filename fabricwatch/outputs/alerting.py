@@ -1,0 +1,202 @@
+"""Wiring of the alerting outputs, and their self metrics.
+
+:class:`AlertingService` builds, from ``[alerting]`` and ``[mqtt]``, the
+outbox on the incident database's connection, the router (installed as the
+database's transition hook, so every transition is enqueued in the
+transaction that records it), the sender with one worker per sink, and the
+MQTT publisher. It also implements the :class:`~fabricwatch.collector.Collector`
+protocol, so the supervisor can collect its self metrics like any collector's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from fabricwatch.config import read_secret
+from fabricwatch.engine.db import IncidentDB
+from fabricwatch.outputs.mqtt import MqttPublisher, MqttSink, publish_metrics
+from fabricwatch.outputs.outbox import Outbox, OutboxSender, RetryPolicy, Sink, TokenBucket
+from fabricwatch.outputs.settings import MQTT_SINK, AlertingSettings, MqttSettings
+from fabricwatch.outputs.sinks import Route, Router, build_sinks
+from fabricwatch.readings import MetricKind, MetricSpec, Reading
+
+ATTEMPTS = MetricSpec(
+    "fabricwatch_alert_delivery_attempts",
+    MetricKind.COUNTER,
+    "Incident transitions handed to a sink (each retry counts again).",
+    ("sink",),
+)
+DELIVERIES = MetricSpec(
+    "fabricwatch_alert_deliveries",
+    MetricKind.COUNTER,
+    "Delivery attempt outcomes per transition: succeeded, failed (will retry), dead_lettered.",
+    ("sink", "outcome"),
+)
+DEPTH = MetricSpec(
+    "fabricwatch_alert_outbox_depth",
+    MetricKind.GAUGE,
+    "Transitions waiting in the outbox for a sink.",
+    ("sink",),
+)
+OLDEST = MetricSpec(
+    "fabricwatch_alert_outbox_oldest_age_seconds",
+    MetricKind.GAUGE,
+    "Age of the oldest undelivered transition of a sink (0 when none).",
+    ("sink",),
+)
+DISABLED = MetricSpec(
+    "fabricwatch_alert_sink_disabled",
+    MetricKind.GAUGE,
+    "1 when a receiver answered 410 Gone and the sink stopped until restart.",
+    ("sink",),
+)
+MQTT_CONNECTED = MetricSpec(
+    "fabricwatch_mqtt_connected",
+    MetricKind.GAUGE,
+    "1 while connected to the MQTT broker.",
+)
+MQTT_CONNECTS = MetricSpec(
+    "fabricwatch_mqtt_connects",
+    MetricKind.COUNTER,
+    "Successful MQTT connections (reconnects included).",
+)
+MQTT_DROPPED = MetricSpec(
+    "fabricwatch_mqtt_dropped_messages",
+    MetricKind.COUNTER,
+    "QoS 0 messages dropped because the disconnected buffer was full.",
+)
+METRICS: tuple[MetricSpec, ...] = (
+    ATTEMPTS,
+    DELIVERIES,
+    DEPTH,
+    OLDEST,
+    DISABLED,
+    MQTT_CONNECTED,
+    MQTT_CONNECTS,
+    MQTT_DROPPED,
+)
+
+
+def outbox_readings(
+    sender: OutboxSender, outbox: Outbox, publisher: MqttPublisher | None, now: float
+) -> list[Reading]:
+    """Self-metric readings of the sender, the outbox and the MQTT publisher."""
+    out: list[Reading] = []
+    queues = outbox.queue_stats()
+    for sink, st in sender.stats().items():
+        out.append(Reading(ATTEMPTS.name, (sink,), float(st.attempted)))
+        out.append(Reading(DELIVERIES.name, (sink, "succeeded"), float(st.succeeded)))
+        out.append(Reading(DELIVERIES.name, (sink, "failed"), float(st.failed)))
+        out.append(Reading(DELIVERIES.name, (sink, "dead_lettered"), float(st.dead)))
+        q = queues.get(sink)
+        out.append(Reading(DEPTH.name, (sink,), float(q.depth if q else 0)))
+        oldest = q.oldest_created_at if q else None
+        out.append(Reading(OLDEST.name, (sink,), max(0.0, now - oldest) if oldest else 0.0))
+        out.append(Reading(DISABLED.name, (sink,), 1.0 if st.disabled else 0.0))
+    if publisher is not None:
+        out.append(Reading(MQTT_CONNECTED.name, (), 1.0 if publisher.connected else 0.0))
+        out.append(Reading(MQTT_CONNECTS.name, (), float(publisher.stats.connects)))
+        out.append(Reading(MQTT_DROPPED.name, (), float(publisher.stats.dropped)))
+    return out
+
+
+class AlertingService:
+    """Outbox, router, sender and MQTT publisher of one daemon."""
+
+    def __init__(
+        self,
+        alerting: AlertingSettings,
+        mqtt: MqttSettings,
+        db: IncidentDB,
+        *,
+        node: str,
+        cluster: str,
+        summary: Callable[[], Mapping[str, Any]] | None = None,
+        clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._clock = clock
+        self.outbox = Outbox(db.connect(), clock=clock)
+        built = build_sinks(
+            alerting.sinks if alerting.enabled else [], monotonic=monotonic, clock=clock
+        )
+        sinks: list[Sink] = list(built.sinks)
+        routes: list[Route] = list(built.routes)
+        limits: dict[str, TokenBucket] = dict(built.limits)
+        self.publisher: MqttPublisher | None = None
+        if mqtt.enabled:
+            password = (
+                read_secret(mqtt.password_file, key="mqtt.password_file")
+                if mqtt.password_file
+                else None
+            )
+            self.publisher = MqttPublisher(mqtt, node=node, cluster=cluster, password=password)
+            if mqtt.incidents:
+                sinks.append(
+                    MqttSink(
+                        self.publisher,
+                        self.publisher.topics.incidents,
+                        timeout=mqtt.publish_timeout,
+                    )
+                )
+                # Every incident goes to the fleet; the aggregator decides what matters.
+                routes.append(Route(MQTT_SINK, min_severity="info"))
+        self.router = Router(cluster, routes, clock=clock)
+        self.sender = OutboxSender(
+            self.outbox,
+            sinks,
+            RetryPolicy(
+                max_age=alerting.max_age,
+                backoff_initial=alerting.backoff_initial,
+                backoff_max=alerting.backoff_max,
+                max_retry_after=alerting.max_retry_after,
+                retention=alerting.retention,
+            ),
+            limits=limits,
+            monotonic=monotonic,
+        )
+        self.router.set_listener(self.sender.wake)
+        db.add_transition_hook(self.router)
+        if self.publisher is not None:
+            self.publisher.on_connect(lambda: self.sender.receiver_back(MQTT_SINK))
+        self._summary = summary
+        self._metrics_interval = mqtt.metrics_interval
+        self._metrics_task: asyncio.Task[None] | None = None
+
+    @property
+    def name(self) -> str:
+        """Collector name of the self metrics."""
+        return "alerting"
+
+    def metrics(self) -> Sequence[MetricSpec]:
+        """The self-metric families."""
+        return METRICS
+
+    async def start(self) -> None:
+        """Connect MQTT (in the background) and start draining the outbox."""
+        if self.publisher is not None:
+            await self.publisher.start()
+            if self._summary is not None and self._metrics_interval > 0:
+                self._metrics_task = asyncio.create_task(
+                    publish_metrics(self.publisher, self._summary, interval=self._metrics_interval),
+                    name="mqtt-metrics",
+                )
+        await self.sender.start()
+
+    async def collect(self) -> Sequence[Reading]:
+        """Self-metric readings."""
+        return outbox_readings(self.sender, self.outbox, self.publisher, self._clock())
+
+    async def close(self) -> None:
+        """Stop the sender (pending rows stay), publish offline, disconnect."""
+        if self._metrics_task is not None:
+            self._metrics_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._metrics_task
+        await self.sender.close()
+        if self.publisher is not None:
+            await self.publisher.close()

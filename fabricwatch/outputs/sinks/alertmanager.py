@@ -1,0 +1,143 @@
+"""Alertmanager API v2 sink: ``POST /api/v2/alerts``.
+
+Alertmanager treats an alert as firing until its ``endsAt``; a source must
+re-send firing alerts periodically and keep sending a resolved alert (with
+``endsAt`` in the past) for a while so every peer of an HA cluster sees it.
+The sink re-sends, every ``resend_interval``, the latest delivered state of
+each incident: firing ones with ``endsAt = now + 4 x interval``, resolved
+ones for ``resolved_resend`` seconds after resolve. A backlog is sent as one
+array (the API takes a list), which is this sink's flood control; grouping
+pages is Alertmanager's own job (``group_by`` in its route).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from fabricwatch.outputs.outbox import Delivery, iso
+from fabricwatch.outputs.sinks._http import HttpTransport, user_agent
+from fabricwatch.outputs.sinks._render import (
+    culprit_of,
+    evidence_lines,
+    gpus_of,
+    latest_per_incident,
+    runbook,
+)
+
+ALERTNAMES = {"stall": "FabricwatchGPUStall", "slowdown": "FabricwatchGPUSlowdown"}
+
+
+class AlertmanagerSink:
+    """Posts incidents as Alertmanager alerts and keeps them alive while firing."""
+
+    def __init__(
+        self,
+        name: str,
+        base_url: str,
+        *,
+        timeout: float = 10.0,
+        max_batch: int = 64,
+        resend_interval: float = 60.0,
+        resolved_resend: float = 300.0,
+        runbook_url: str = "",
+        generator_url: str = "",
+        bearer_token: str | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._name = name
+        self.url = base_url.rstrip("/") + "/api/v2/alerts"
+        self._timeout = timeout
+        self._max_batch = max(1, max_batch)
+        self._resend = resend_interval
+        self._resolved_resend = resolved_resend
+        self._runbook = runbook_url
+        self._generator = generator_url
+        self._clock = clock
+        headers = {"Authorization": f"Bearer {bearer_token}"} if bearer_token else None
+        self._http = HttpTransport(timeout=timeout, headers=headers, user_agent=user_agent())
+
+    @property
+    def name(self) -> str:
+        """Sink name."""
+        return self._name
+
+    @property
+    def max_batch(self) -> int:
+        """Alerts per POST."""
+        return self._max_batch
+
+    @property
+    def timeout(self) -> float:
+        """Request timeout."""
+        return self._timeout
+
+    @property
+    def refresh_interval(self) -> float:
+        """Re-send period of firing alerts."""
+        return self._resend
+
+    @property
+    def resolved_resend(self) -> float:
+        """How long resolved alerts keep being re-sent."""
+        return self._resolved_resend
+
+    def alert(self, event: Mapping[str, Any], now: float) -> dict[str, Any]:
+        """The API v2 ``postableAlert`` of one stored event."""
+        inc: Mapping[str, Any] = event["data"]
+        resolved = event["type"] == "incident.resolved"
+        labels = {
+            "alertname": ALERTNAMES.get(str(inc.get("kind")), "FabricwatchIncident"),
+            "cause": str(inc.get("cause") or "unknown"),
+            "node": str(inc.get("node") or "unknown"),
+            "culprit": culprit_of(inc),
+            "severity": str(event.get("severity") or "warning"),
+            "cluster": str(event.get("cluster") or "default"),
+        }
+        annotations = {
+            "summary": str(inc.get("summary", "")),
+            "evidence": "\n".join(evidence_lines(inc)) or "none",
+            "gpus": gpus_of(inc),
+            "gpu_seconds_lost": f"{float(inc.get('gpu_seconds_lost') or 0.0):.0f}",
+            "incident": str(inc.get("key", "")),
+            "dedup_key": str(event.get("dedup_key", "")),
+        }
+        link = runbook(self._runbook, inc)
+        if link:
+            annotations["runbook_url"] = link
+        starts = inc.get("onset") or event.get("timestamp")
+        ends = (inc.get("resolved_at") or event.get("timestamp")) if resolved else None
+        alert: dict[str, Any] = {
+            "labels": labels,
+            "annotations": annotations,
+            "startsAt": starts,
+            "endsAt": ends or iso(now + 4.0 * self._resend),
+        }
+        if self._generator:
+            alert["generatorURL"] = self._generator
+        return alert
+
+    async def start(self) -> None:
+        """Open the HTTP session."""
+        await self._http.start()
+
+    async def close(self) -> None:
+        """Close the HTTP session."""
+        await self._http.close()
+
+    async def _post(self, rows: Sequence[Delivery]) -> None:
+        now = self._clock()
+        # Resolved first, so a new incident with the same labels is not ended by the old one.
+        ordered = sorted(rows, key=lambda d: d.transition != "resolved")
+        body = json.dumps([self.alert(d.event(), now) for d in ordered]).encode()
+        await self._http.post(self.url, body, {"Content-Type": "application/json"})
+
+    async def deliver(self, batch: Sequence[Delivery]) -> None:
+        """POST the latest state of each incident in ``batch``."""
+        await self._post(latest_per_incident(batch))
+
+    async def refresh(self, firing: Sequence[Delivery]) -> None:
+        """Re-POST firing (and recently resolved) incidents."""
+        await self._post(latest_per_incident(firing))
