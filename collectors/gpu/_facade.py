@@ -19,6 +19,7 @@ import asyncio
 import collections
 import contextlib
 import ctypes
+import struct
 import threading
 import time
 import uuid
@@ -183,6 +184,83 @@ def _field_value(fv: Any) -> float | None:
     return out
 
 
+def _raw_layout() -> struct.Struct | None:
+    """A ``struct`` view of ``c_nvmlFieldValue_t`` when its layout is the expected one.
+
+    pynvml's structures route every attribute read through a Python-level
+    ``__getattribute__``; decoding ~120 values per GPU per second that way
+    costs more than everything else in a cycle, so the array is unpacked from
+    its buffer instead (checked against the ctypes offsets, else not used).
+    """
+    c = pynvml.c_nvmlFieldValue_t
+    expected = {
+        "fieldId": (0, 4),
+        "scopeId": (4, 4),
+        "valueType": (24, 4),
+        "nvmlReturn": (28, 4),
+        "value": (32, 8),
+    }
+    for name, (offset, size) in expected.items():
+        f = getattr(c, name)
+        if (f.offset, f.size) != (offset, size):
+            return None
+    if ctypes.sizeof(c) != 40 or ctypes.sizeof(ctypes.c_ulong) != 8:
+        return None
+    return struct.Struct("<II16xII8s")
+
+
+_RAW = _raw_layout()
+# valueType -> struct format of the 8-byte union member.
+_VALUE_FORMATS = {
+    pynvml.NVML_VALUE_TYPE_DOUBLE: struct.Struct("<d"),
+    pynvml.NVML_VALUE_TYPE_UNSIGNED_INT: struct.Struct("<I4x"),
+    pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG: struct.Struct("<Q"),
+    pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG: struct.Struct("<Q"),
+    pynvml.NVML_VALUE_TYPE_SIGNED_LONG_LONG: struct.Struct("<q"),
+    pynvml.NVML_VALUE_TYPE_SIGNED_INT: struct.Struct("<i4x"),
+    pynvml.NVML_VALUE_TYPE_UNSIGNED_SHORT: struct.Struct("<H6x"),
+}
+
+
+def decode_fields(values: Any) -> list[tuple[int, float | None]]:
+    """``(nvmlReturn, value)`` per element of a ``nvmlDeviceGetFieldValues`` result.
+
+    The value is None unless the element succeeded with a known value type.
+    """
+    if _RAW is not None and isinstance(values, ctypes.Array):
+        out: list[tuple[int, float | None]] = []
+        for _fid, _scope, vtype, ret, raw in _RAW.iter_unpack(bytes(values)):
+            fmt = _VALUE_FORMATS.get(vtype)
+            if ret != pynvml.NVML_SUCCESS or fmt is None:
+                out.append((ret, None))
+            else:
+                out.append((ret, float(fmt.unpack(raw)[0])))
+        return out
+    return [(int(fv.nvmlReturn), _field_value(fv)) for fv in values]
+
+
+def _field_array(request: Sequence[tuple[int, int]]) -> Any:
+    arr = (pynvml.c_nvmlFieldValue_t * len(request))()
+    for i, (fid, scope) in enumerate(request):
+        arr[i].fieldId = fid
+        arr[i].scopeId = scope
+    return arr
+
+
+def _get_field_values(handle: Any, arr: Any) -> Any:
+    """``nvmlDeviceGetFieldValues`` into a prepared array.
+
+    pynvml's wrapper rebuilds the request array through Python-level
+    ``__setattr__`` on every call (~240 per GPU per cycle); the IDs never
+    change, so the array is built once and the C function is called directly,
+    through pynvml's own function-pointer cache and error mapping.
+    """
+    fn = pynvml._nvmlGetFunctionPointer("nvmlDeviceGetFieldValues")
+    ret = fn(handle, ctypes.c_int32(len(arr)), ctypes.byref(arr))
+    pynvml._nvmlCheckReturn(ret)
+    return arr
+
+
 def _handle_key(handle: Any) -> int | None:
     try:
         return ctypes.cast(handle, ctypes.c_void_p).value
@@ -203,6 +281,7 @@ class _Device:
     handle: Any
     links: int = 0
     request: list[tuple[int, int]] = field(default_factory=list)
+    request_array: Any = None  # c_nvmlFieldValue_t[n], IDs filled once, reused every cycle
     slots: list[_Slot] = field(default_factory=list)
     unsupported: set[str] = field(default_factory=set)
     gpm: bool = False
@@ -318,12 +397,12 @@ class PynvmlBackend:
                     probe.append((fid, 0))
                     link_cands.append((key, fid, scale))
         try:
-            values = pynvml.nvmlDeviceGetFieldValues(dev.handle, probe)
+            values = _get_field_values(dev.handle, _field_array(probe))
         except pynvml.NVMLError as exc:
             if _code(exc) in _LOST_CODES or _code(exc) in _GONE_CODES:
                 raise
             return
-        ok = [fv.nvmlReturn == pynvml.NVML_SUCCESS for fv in values]
+        ok = [ret == pynvml.NVML_SUCCESS for ret, _ in decode_fields(values)]
         request: list[tuple[int, int]] = []
         slots: list[_Slot] = []
         for i, (key, fid) in enumerate(_DEVICE_FIELDS.items()):
@@ -340,6 +419,7 @@ class PynvmlBackend:
                 request.append((fid, link))
                 slots.append(_Slot(key, link, scale))
         dev.request = request
+        dev.request_array = _field_array(request)
         dev.slots = slots
         if "state" not in chosen:
             dev.unsupported.add("state_field")
@@ -385,13 +465,12 @@ class PynvmlBackend:
         values: dict[str, float] = {}
         link_vals: dict[int, dict[str, float]] = {}
         if dev.request:
-            fvs = self._call(dev, "fields", pynvml.nvmlDeviceGetFieldValues, h, dev.request)
+            fvs = self._call(dev, "fields", _get_field_values, h, dev.request_array)
             if fvs is not None:
-                for slot, fv in zip(dev.slots, fvs, strict=False):
-                    if fv.nvmlReturn in _LOST_CODES:
-                        raise GpuLost(f"GPU {index}: field {fv.fieldId}: GPU is lost")
-                    v = _field_value(fv)
+                for slot, (ret, v) in zip(dev.slots, decode_fields(fvs), strict=False):
                     if v is None:
+                        if ret in _LOST_CODES:
+                            raise GpuLost(f"GPU {index}: field values: GPU is lost")
                         continue
                     if slot.link < 0:
                         values[slot.key] = v * slot.scale

@@ -143,6 +143,7 @@ class FakeNvml:
         self.registered: dict[int, int] = {}
         self.unsupported_events: set[int] = set()
         self.freed_event_sets = 0
+        self.field_error: int | None = None
         self._structs = [pynvml.struct_c_nvmlDevice_t() for _ in gpus]
         self._handles = [pynvml.c_nvmlDevice_t(s) for s in self._structs]
         self._gpm_owner: dict[int, int] = {}
@@ -176,7 +177,7 @@ class FakeNvml:
     def install(self, mp: pytest.MonkeyPatch) -> FakeNvml:
         """Patch every pynvml function the facade uses."""
         for name in dir(self):
-            if name.startswith("nvml"):
+            if name.startswith("nvml") or name == "_nvmlGetFunctionPointer":
                 assert hasattr(pynvml, name), name
                 mp.setattr(pynvml, name, getattr(self, name))
         return self
@@ -232,15 +233,25 @@ class FakeNvml:
             raise _err(NOT_SUPPORTED)
         return 1 if g.link_state[link] == pynvml.NVML_NVLINK_STATE_ACTIVE else 0
 
-    def nvmlDeviceGetFieldValues(self, h: Any, ids: list[Any]) -> Any:
-        g = self._gpu(h, "nvmlDeviceGetFieldValues")
-        req = [(i, 0) if isinstance(i, int) else (int(i[0]), int(i[1])) for i in ids]
-        self.field_requests.append(req)
-        arr = (pynvml.c_nvmlFieldValue_t * len(req))()
-        for k, (fid, scope) in enumerate(req):
-            fv = arr[k]
-            fv.fieldId = fid
-            fv.scopeId = scope
+    def _nvmlGetFunctionPointer(self, name: str) -> Any:
+        # The facade calls nvmlDeviceGetFieldValues' C function into a reused array.
+        if name == "nvmlDeviceGetFieldValues":
+            return self._c_get_field_values
+        raise _err(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
+
+    def _c_get_field_values(self, h: Any, count: ctypes.c_int32, ref: Any) -> int:
+        try:
+            g = self._gpu(h, "nvmlDeviceGetFieldValues")
+        except pynvml.NVMLError as exc:
+            return int(exc.value)
+        if self.field_error is not None:
+            return self.field_error
+        arr = ref._obj
+        assert len(arr) == count.value
+        req: list[tuple[int, int]] = []
+        for fv in arr:
+            fid, scope = int(fv.fieldId), int(fv.scopeId)
+            req.append((fid, scope))
             value = self._field(g, fid, scope)
             if value is None:
                 fv.nvmlReturn = NOT_SUPPORTED
@@ -258,7 +269,8 @@ class FakeNvml:
             else:
                 fv.valueType = pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
                 fv.value.ullVal = int(value)
-        return arr
+        self.field_requests.append(req)
+        return int(SUCCESS)
 
     @staticmethod
     def _field(g: FakeGpu, fid: int, scope: int) -> float | None:

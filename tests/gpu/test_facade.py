@@ -225,20 +225,17 @@ def test_not_supported_fields_and_garbage_value_types(
     assert nvml.calls["temperature_v"] == 1
 
 
-def test_field_call_failing_entirely(
-    make_nvml: MakeNvml, h100: list[FakeGpu], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    make_nvml(h100)
+def test_field_call_failing_entirely(make_nvml: MakeNvml, h100: list[FakeGpu]) -> None:
+    nvml = make_nvml(h100)
     b = _backend()
     b.devices()
-
-    def refuse(h: object, ids: object) -> None:
-        raise pynvml.NVMLError(pynvml.NVML_ERROR_UNKNOWN)
-
-    monkeypatch.setattr(pynvml, "nvmlDeviceGetFieldValues", refuse)
+    nvml.field_error = pynvml.NVML_ERROR_UNKNOWN
     s = b.sample(0, fabric=False)
     assert s.power_watts is not None
     assert s.links[0].tx_bytes is None and s.links[0].up is None
+    nvml.field_error = pynvml.NVML_ERROR_GPU_IS_LOST
+    with pytest.raises(GpuLost):
+        b.sample(0, fabric=False)
 
 
 def test_init_failure_library_not_found(make_nvml: MakeNvml, h100: list[FakeGpu]) -> None:
