@@ -49,7 +49,9 @@ def _if_rows(
             yield f"{IFT}.{col}.{i}|65|0"
         yield f"{IFX}.1.{i}|4|{name}"
         yield f"{IFX}.6.{i}|70:numeric|rate=2500000000,initial=1000000000000"
+        yield f"{IFX}.7.{i}|70:numeric|rate=300000,initial=100000000"
         yield f"{IFX}.10.{i}|70:numeric|rate=2400000000,initial=900000000000"
+        yield f"{IFX}.11.{i}|70:numeric|rate=290000,initial=90000000"
         if i not in skip_speed:
             yield f"{IFX}.15.{i}|66|{speed}"
         yield f"{IFX}.19.{i}|67|0"

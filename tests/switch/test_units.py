@@ -203,6 +203,14 @@ def test_bad_profiles_are_rejected_with_the_key(text: str, match: str) -> None:
         parse_profile(text, "bad.toml")
 
 
+def test_committed_recordings_match_generator() -> None:
+    from tests.switch import recgen
+
+    for name, fn in recgen.RECORDINGS.items():
+        path = recgen.OUT / f"{name}.snmprec"
+        assert path.read_text(encoding="ascii") == fn(), f"regenerate {path} (recgen.py)"
+
+
 def test_mac_normalisation() -> None:
     want = "3c:2c:30:16:74:80"
     for form in (
