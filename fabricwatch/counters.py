@@ -74,7 +74,12 @@ class CounterState:
         self.moved = False
 
     def update(
-        self, value: float, ts: float, settings: TrackerSettings, *, bits: int = 64,
+        self,
+        value: float,
+        ts: float,
+        settings: TrackerSettings,
+        *,
+        bits: int = 64,
         epoch: int | None = None,
     ) -> Rate | None:
         """See :meth:`CounterTracker.update`; ``value`` must already be finite and >= 0."""
@@ -98,16 +103,18 @@ class CounterState:
         self.value = value
         self.ts = ts
         self.total += delta
+        since_change = ts - self.change_ts
+        period = self.refresh if self.refresh is not None else dt
+        hold = min(settings.hold_factor * period, settings.max_hold)
         if delta == 0:
-            since_change = ts - self.change_ts
-            period = self.refresh if self.refresh is not None else dt
-            if self.moved and since_change <= min(settings.hold_factor * period,
-                                                  settings.max_hold):
+            if self.moved and since_change <= hold:
                 return Rate(self.last_rate, since_change, True, False)
             return Rate(0.0, dt, False, dt > settings.gap_after)
-        # The value only moves at changes, so ``delta`` is the whole change
-        # since ``change_ts``: spread it over that interval.
-        interval = ts - self.change_ts
+        # Within the hold window the zero polls were the counter not refreshing
+        # yet, so the change covers the time since the last change. After a
+        # genuinely quiet stretch (already reported as zeros) it covers only
+        # this poll: a storm after an idle hour must read as a storm at once.
+        interval = since_change if since_change <= max(hold, dt) else dt
         per_second = delta / interval
         # Only an interval since a *recent* change tells the refresh period;
         # after a long quiet stretch it would overestimate it.

@@ -35,6 +35,14 @@ class CollectorError(FabricwatchError):
     """A collector could not start or collect. Contained by the supervisor."""
 
 
+class SourceAbsentError(CollectorError):
+    """The collector's source does not exist on this node (no driver, no device).
+
+    Not a fault: the supervisor reports the collector down with reason
+    ``absent`` and logs it once instead of on every retry.
+    """
+
+
 class ParseError(CollectorError):
     """Input from a device, file or peer could not be parsed.
 

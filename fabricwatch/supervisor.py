@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import structlog
 
 from fabricwatch.collector import Collector, CollectorSettings, StartupPolicy
-from fabricwatch.errors import CollectorError
+from fabricwatch.errors import CollectorError, SourceAbsentError
 from fabricwatch.readings import Reading
 from fabricwatch.store import SnapshotStore
 
@@ -203,6 +203,10 @@ class Supervisor:
         except TimeoutError:
             state.fail("timeout", f"collection took longer than {settings.timeout}s")
             self._log_failure(state)
+        except SourceAbsentError as exc:
+            # Absent hardware is the normal state of many nodes: the collector
+            # logs it once itself; no warning per retry.
+            state.fail("absent", str(exc))
         except Exception as exc:  # noqa: BLE001 - one collector must not stop another
             state.fail("error", str(exc) or type(exc).__name__)
             self._log_failure(state)

@@ -13,7 +13,7 @@ from typing import Any, Literal
 import structlog
 
 from fabricwatch.collector import CollectorEnv, CollectorSettings
-from fabricwatch.errors import CollectorError
+from fabricwatch.errors import SourceAbsentError
 from fabricwatch.readings import MetricKind, MetricSpec, Reading
 from fabricwatch.settings import option
 
@@ -294,7 +294,7 @@ class GpuCollector:
     """Per-GPU activity, power, clocks, memory, PCIe, ECC, NVLink per link, XIDs, fabric, jobs.
 
     With no driver the collector still starts: it logs the reason once, raises
-    :class:`CollectorError` from :meth:`collect` (so ``fabricwatch_collector_up``
+    :class:`SourceAbsentError` from :meth:`collect` (so ``fabricwatch_collector_up``
     reads 0) and retries initialisation every ``retry_interval`` seconds.
     """
 
@@ -487,7 +487,7 @@ class GpuCollector:
             if self._env.monotonic() >= self._next_init and not self._facade.busy("init"):
                 await self._try_init()
             if not self._present:
-                raise CollectorError(f"NVML not available: {self._absent_reason}")
+                raise SourceAbsentError(f"NVML not available: {self._absent_reason}")
         while self._event_errors:
             self._log.warning("nvml_event_watch_error", error=self._event_errors.popleft())
         try:
@@ -495,7 +495,7 @@ class GpuCollector:
         except NvmlUnavailable as exc:
             await self._teardown()
             self._set_absent(str(exc))
-            raise CollectorError(f"NVML not available: {exc}") from None
+            raise SourceAbsentError(f"NVML not available: {exc}") from None
         for ev in self._facade.drain_events():
             self._on_event(ev)
         return self._readings()

@@ -95,6 +95,18 @@ def test_real_stall_reads_zero_after_hold_window() -> None:
     assert not last.held
 
 
+def test_burst_after_a_quiet_stretch_reads_at_full_rate_at_once() -> None:
+    t = CounterTracker()
+    for i in range(5):
+        t.update(K, i * 10, float(i))  # moving slowly
+    for i in range(5, 3600):
+        t.update(K, 40, float(i))  # an idle hour, reported as zeros
+    r = t.update(K, 40 + 6000, 3600.0)  # a pause storm starts
+    assert r is not None
+    assert r.per_second == 6000.0
+    assert r.interval == 1.0
+
+
 def test_garbage_values_are_ignored() -> None:
     t = CounterTracker()
     t.update(K, 10, 0.0)

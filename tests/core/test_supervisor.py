@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from fabricwatch.collector import Collector, CollectorSettings, StartupPolicy
+from fabricwatch.errors import SourceAbsentError
 from fabricwatch.readings import MetricKind, MetricSpec, Reading
 from fabricwatch.store import SnapshotStore
 from fabricwatch.supervisor import StartupFailedError, Supervisor, backoff_delay
@@ -40,6 +41,8 @@ class FakeCollector:
         self.calls.append(time.monotonic())
         if b == "raise":
             raise RuntimeError("boom")
+        if b == "absent":
+            raise SourceAbsentError("no driver")
         if b == "hang":
             await asyncio.sleep(3600)
         return [Reading(f"fabricwatch_fake_{self.name}", (), float(len(self.calls)))]
@@ -150,3 +153,22 @@ async def test_startup_retry_policy_starts_later() -> None:
     assert c.starts == 3
     assert c.calls
     assert sup.states[0].failures["start"] == 2
+
+
+async def test_absent_source_is_down_with_reason_absent_and_logged_quietly() -> None:
+    from structlog.testing import capture_logs
+
+    c = FakeCollector("gpu", behaviour=["absent"])
+    sup = Supervisor(SnapshotStore())
+    sup.add(c, _settings(0.01))
+    with capture_logs() as logs:
+        await sup.start()
+        for _ in range(100):
+            if len(c.calls) >= 3:
+                break
+            await asyncio.sleep(0.02)
+        await sup.stop()
+    state = sup.states[0]
+    assert not state.up
+    assert state.failures["absent"] >= 3
+    assert not [e for e in logs if e["event"] == "collector_failed"]
