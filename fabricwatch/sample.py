@@ -49,9 +49,11 @@ def _item_type(cls: type[Any], name: str) -> Any:
     return None
 
 
-def _render_table(obj: Any, name: str, out: list[str], comment_prefix: str = "") -> None:
+def _render_table(
+    obj: Any, name: str, out: list[str], comment_prefix: str = "", *, array: bool = False
+) -> None:
     p = comment_prefix
-    out.append(f"{p}[{name}]")
+    out.append(f"{p}[[{name}]]" if array else f"{p}[{name}]")
     cls = type(obj)
     later: list[tuple[str, Any]] = []
     for f in dataclasses.fields(obj):
@@ -75,7 +77,7 @@ def _render_table(obj: Any, name: str, out: list[str], comment_prefix: str = "")
         out.append("")
         if isinstance(value, type):
             out.append(f"{p}# Example entry (repeat the table for more):")
-            _render_table(value(), f"[{name}.{fname}]", out, comment_prefix="# ")
+            _render_table(value(), f"{name}.{fname}", out, comment_prefix="# ", array=True)
         else:
             _render_table(value, f"{name}.{fname}", out, comment_prefix=p)
 
