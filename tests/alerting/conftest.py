@@ -90,8 +90,9 @@ def opened(key: str, **kw: Any) -> IncidentTransition:
 
 def resolved(key: str, **kw: Any) -> IncidentTransition:
     kw.setdefault("revision", 2)
-    inc = make_incident(key, state="resolved", resolved_at=T0 + 60, **kw)
-    return IncidentTransition("resolved", T0 + 60, inc)
+    end = float(kw.get("onset", T0)) + 60
+    inc = make_incident(key, state="resolved", resolved_at=end, **kw)
+    return IncidentTransition("resolved", end, inc)
 
 
 def new_secret() -> str:
@@ -124,12 +125,13 @@ class Receiver:
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         body = await request.read()
+        # Recorded on arrival: a request in flight when its sender dies still counts
+        # for the sender's lifetime.
+        rec = Received(time.monotonic(), request.path, dict(request.headers), body, 0)
+        self.requests.append(rec)
         action: Any = self.script.pop(0) if self.script else 200
         headers: dict[str, str] = {}
         if isinstance(action, tuple) and action[0] == "hang":
-            self.requests.append(
-                Received(time.monotonic(), request.path, dict(request.headers), body, 0)
-            )
             await asyncio.sleep(float(action[1]))
             return web.Response(status=200)  # too late: the client gave up
         if isinstance(action, tuple):
@@ -138,12 +140,9 @@ class Receiver:
             status = int(action)
         if self.delay:
             await asyncio.sleep(self.delay)
-        self.requests.append(
-            Received(time.monotonic(), request.path, dict(request.headers), body, status)
-        )
-        return web.Response(
-            status=status, headers=headers, body=self.ok_body if status < 300 else b"nope"
-        )
+        rec.status = status
+        body_out = self.ok_body if status < 300 else b"nope"
+        return web.Response(status=status, headers=headers, body=body_out)
 
     def ok(self) -> list[Received]:
         return [r for r in self.requests if 200 <= r.status < 300]

@@ -109,6 +109,10 @@ class AlertmanagerSink:
             annotations["runbook_url"] = link
         starts = inc.get("onset") or event.get("timestamp")
         ends = (inc.get("resolved_at") or event.get("timestamp")) if resolved else None
+        if ends is not None and starts is not None and str(ends) < str(starts):
+            # Same ISO format both sides, so string order is time order; Alertmanager
+            # rejects the whole POST (400) when an alert ends before it starts.
+            ends = starts
         alert: dict[str, Any] = {
             "labels": labels,
             "annotations": annotations,
