@@ -21,7 +21,7 @@ from pathlib import Path
 from fabricwatch.engine.db import IncidentDB
 from fabricwatch.engine.incidents import IncidentTransition
 from fabricwatch.outputs.alerting import AlertingService
-from fabricwatch.outputs.settings import AlertingSettings, MqttSettings, SinkSettings
+from fabricwatch.outputs.settings import AlertingSettings, MqttSettings
 from fabricwatch.settings import build
 from tests.alerting.conftest import make_incident
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,17 +18,17 @@ from tests.alerting.conftest import Alertmanager, opened, resolved
 pytestmark = pytest.mark.integration
 
 
-async def wait_for(pred: object, within: float = 10.0) -> bool:
+async def wait_for(pred: Callable[[], bool], within: float = 10.0) -> bool:
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
-        if pred():  # type: ignore[operator]
+        if pred():
             return True
         await asyncio.sleep(0.1)
     return False
 
 
-def ours(am: Alertmanager, node: str) -> list[dict[str, object]]:
-    return [a for a in am.alerts() if a["labels"].get("node") == node]  # type: ignore[union-attr]
+def ours(am: Alertmanager, node: str) -> list[dict[str, Any]]:
+    return [a for a in am.alerts() if a["labels"].get("node") == node]
 
 
 async def test_firing_then_resolved(alertmanager: Alertmanager, tmp_path: Path) -> None:
@@ -45,7 +47,7 @@ async def test_firing_then_resolved(alertmanager: Alertmanager, tmp_path: Path) 
         assert await wait_for(lambda: len(ours(alertmanager, "am-node-1")) == 1)
         (alert,) = ours(alertmanager, "am-node-1")
         labels = alert["labels"]
-        assert labels == {  # type: ignore[comparison-overlap]
+        assert labels == {
             "alertname": "FabricwatchGPUStall",
             "cause": "pfc_storm",
             "node": "am-node-1",
@@ -53,8 +55,8 @@ async def test_firing_then_resolved(alertmanager: Alertmanager, tmp_path: Path) 
             "severity": "critical",
             "cluster": "prod",
         }
-        assert alert["status"]["state"] == "active"  # type: ignore[index]
-        assert "evidence 0" in alert["annotations"]["evidence"]  # type: ignore[index]
+        assert alert["status"]["state"] == "active"
+        assert "evidence 0" in alert["annotations"]["evidence"]
         first_ends = alert["endsAt"]
 
         # Re-sent while firing: Alertmanager's endsAt moves forward (interval 1 s here).
