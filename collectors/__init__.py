@@ -11,10 +11,11 @@ from __future__ import annotations
 from fabricwatch.collector import CollectorFactory, Registry
 from fabricwatch.collectors.gpu import FACTORY as GPU
 from fabricwatch.collectors.nic import FACTORY as NIC
+from fabricwatch.collectors.storage import FACTORY as STORAGE
 from fabricwatch.collectors.switch import FACTORY as SWITCH
 
 
 def builtin_registry() -> Registry:
     """A fresh name -> factory mapping of every built-in collector."""
-    factories: list[CollectorFactory[object]] = [GPU, NIC, SWITCH]  # type: ignore[type-var,list-item]
+    factories: list[CollectorFactory[object]] = [GPU, NIC, STORAGE, SWITCH]  # type: ignore[type-var,list-item]
     return {f.name: f for f in factories}
