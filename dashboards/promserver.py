@@ -70,8 +70,16 @@ class PrometheusServer:
     on exit and its log kept in ``workdir/prometheus.log``.
     """
 
-    def __init__(self, tsdb: Path, workdir: Path, rule_files: tuple[Path, ...] = ()) -> None:
+    def __init__(
+        self,
+        tsdb: Path,
+        workdir: Path,
+        rule_files: tuple[Path, ...] = (),
+        *,
+        query_timeout: float = 30.0,
+    ) -> None:
         self.tsdb = tsdb
+        self.query_timeout = query_timeout
         self.workdir = workdir
         self.rule_files = rule_files
         self.port = 0
@@ -158,12 +166,16 @@ class PrometheusServer:
     def _get(self, path: str, params: dict[str, str]) -> Any:
         url = f"{self.url}{path}?{urllib.parse.urlencode(params)}"
         try:
-            with urllib.request.urlopen(url, timeout=30) as r:  # noqa: S310 - loopback
+            with urllib.request.urlopen(url, timeout=self.query_timeout) as r:  # noqa: S310 - loopback
                 body = json.loads(r.read())
         except urllib.error.HTTPError as exc:
             detail = exc.read().decode("utf-8", "replace")
             msg = f"query {params.get('query')!r} rejected: {exc.code} {detail}"
             raise PrometheusError(msg) from None
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            # Refused, reset, timed out, or not JSON: the server is not usable.
+            msg = f"query {params.get('query')!r} failed: {exc}"
+            raise PrometheusError(msg) from exc
         if body.get("status") != "success":
             msg = f"query {params.get('query')!r} failed: {body}"
             raise PrometheusError(msg)

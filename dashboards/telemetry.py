@@ -216,7 +216,7 @@ class _NodeSim:
             return 0.97 if hot else max(0.0, 0.01 + self._noise(0.01))
         if n == "fabricwatch_nic_pfc_pause_ratio":
             hot = storm and lab["priority"] == "3" and lab["device"] == "mlx5_0"
-            return 0.9 if hot else max(0.0, 0.005 + self._noise(0.005))
+            return 0.9 if hot else max(0.0, 0.002 + self._noise(0.001))
         if n == "fabricwatch_switch_port_utilization_ratio":
             return 0.02 if stalled else 0.7 + self._noise(0.05)
         if n == "fabricwatch_storage_write_latency_seconds":
