@@ -83,9 +83,14 @@ def _plot_panel(
         values: list[float] = []
         for target, series in results:
             for s in series:
-                names.append(
-                    " ".join([str(target.get("legendFormat", "")), *s.labels.values()])[:40]
+                fmt = str(target.get("legendFormat", ""))
+                words = [fmt] if fmt != "__auto" else []
+                text = (
+                    _legend(fmt, s.labels)
+                    if "{{" in fmt
+                    else " ".join([*words, *s.labels.values()])
                 )
+                names.append(text[:40])
                 values.append(s.points[-1][1] * scale)
         if kind == "stat" and len(values) == 1:
             ax.text(0.5, 0.5, f"{values[0]:.4g} {label}", ha="center", va="center", fontsize=20)
