@@ -51,7 +51,7 @@ _LABEL_VALUES: Mapping[str, str] = {
     "uuid": "GPU-00000000-0000-0000-0000-000000000000",
     "model": "NVIDIA H100 80GB HBM3",
     "pci_bus_id": "00000000:18:00.0",
-    "job": "slurm:1234",
+    "job_id": "slurm:1234",
     "switch": "leaf-01",
     "port": "swp12",
     "priority": "3",

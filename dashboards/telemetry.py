@@ -158,7 +158,7 @@ class _NodeSim:
             if spec.name == "fabricwatch_gpu_nvlink_errors"
             else ["corrected"],
             "reason": ["timeout"],
-            "job": ["slurm:4242"],
+            "job_id": ["slurm:4242"],
             "uuid": [],
             "neighbor_port": ["ens1f0np0"],
         }
@@ -326,7 +326,7 @@ def _with_target(
     """Add target labels the way Prometheus does (``honor_labels: false``).
 
     A label the exporter sets that clashes with a target label is renamed
-    ``exported_<name>`` (e.g. ``fabricwatch_gpu_job_info``'s ``job``).
+    ``exported_<name>`` (e.g. a ``job`` label would become ``exported_job``).
     """
     names = {k for k, _ in target}
     own = tuple(sorted((f"exported_{k}" if k in names else k, v) for k, v in labels.items()))

@@ -66,7 +66,7 @@ NVLINK_ERRORS = _spec(
 NVLINK_UP = _spec("nvlink_up", GAUGE, "NVLink state: 1 active, 0 down.", _GL)
 INFO = _spec("info", GAUGE, "GPU identity (value 1).", ("gpu", "uuid", "model", "pci_bus_id"))
 JOB_INFO = _spec(
-    "job_info", GAUGE, "Job owning the GPU's compute processes (value 1).", ("gpu", "job")
+    "job_info", GAUGE, "Job owning the GPU's compute processes (value 1).", ("gpu", "job_id")
 )
 
 MEMORY_UTILIZATION = _spec("memory_utilization_ratio", GAUGE, "NVML utilization.memory, 0-1.")
