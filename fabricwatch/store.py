@@ -87,18 +87,21 @@ class SnapshotStore:
         self._stale_after = stale_after
         self._tracker = tracker or TrackerSettings()
         self._specs: dict[str, MetricSpec] = {}
-        self._owner: dict[str, str] = {}
+        self._owners: dict[str, set[str]] = {}
         self._series: dict[SeriesKey, Series] = {}
         self._by_name: dict[str, dict[tuple[str, ...], Series]] = {}
 
     def register(self, collector: str, specs: Iterable[MetricSpec]) -> None:
         """Declare the families a collector produces. Names are unique across collectors."""
         for spec in specs:
-            owner = self._owner.get(spec.name)
-            if owner is not None and owner != collector:
-                msg = f"metric {spec.name} is declared by both {owner} and {collector}"
+            known = self._specs.get(spec.name)
+            if known is not None and known != spec:
+                owners = ", ".join(sorted(self._owners[spec.name]))
+                msg = f"metric {spec.name} is declared differently by {owners} and {collector}"
                 raise ValueError(msg)
-            self._owner[spec.name] = collector
+            # Two sources may feed one family (SNMP and gNMI both report switch
+            # ports) when they declare it identically.
+            self._owners.setdefault(spec.name, set()).add(collector)
             self._specs[spec.name] = spec
             self._by_name.setdefault(spec.name, {})
 
@@ -114,7 +117,7 @@ class SnapshotStore:
         """
         result = IngestResult()
         specs = self._specs
-        owner = self._owner
+        owners = self._owners
         series_map = self._series
         tracker = self._tracker
         counter, histogram = MetricKind.COUNTER, MetricKind.HISTOGRAM
@@ -123,7 +126,7 @@ class SnapshotStore:
         for r in readings:
             name, labels, value = r.name, r.labels, r.value
             spec = specs.get(name)
-            if spec is None or owner[name] != collector:
+            if spec is None or collector not in owners[name]:
                 result.reject("undeclared")
                 continue
             if len(labels) != len(spec.labels):

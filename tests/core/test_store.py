@@ -71,8 +71,10 @@ def test_a_collector_cannot_write_another_collectors_family() -> None:
     s = _store()
     res = s.ingest("c2", [Reading(G.name, ("a",), 1.0)], 0.0)
     assert res.reasons == {"undeclared": 1}
-    with pytest.raises(ValueError, match="declared by both"):
-        s.register("c2", [G])
+    with pytest.raises(ValueError, match="declared differently"):
+        s.register("c2", [MetricSpec(G.name, MetricKind.GAUGE, "other help", ("dev",))])
+    s.register("c2", [G])  # an identical declaration shares the family
+    assert s.ingest("c2", [Reading(G.name, ("b",), 1.0)], 0.0).accepted == 1
 
 
 def test_family_lookup() -> None:
