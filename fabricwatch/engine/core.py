@@ -117,9 +117,11 @@ class Engine:
             self._restore(now)
         self.detector.observe(self.store, now, dt)
         stalled = self.detector.stalled()
+        job = self.detector.job_gpus()
+        if len(stalled) < max(1, math.ceil(s.stall_gpus_ratio * len(job))):
+            stalled = []
         self._stall = self._step(self._stall, "stall", stalled, now=now, dt=dt, out=out)
         if self._stall is None:
-            job = self.detector.job_gpus()
             need = max(1, math.ceil(s.slow_gpus_ratio * len(job)))
             slow = [g for g in job if g.slow]
             self._slow = self._step(

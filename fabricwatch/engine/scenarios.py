@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from fabricwatch.engine import signals as sig
 from fabricwatch.engine.core import Engine
@@ -140,7 +140,7 @@ class Scenario:
         """The incidents the engine should report."""
         n = self.node
         out: list[TruthIncident] = []
-        for inj in self.injections:
+        for inj in self.normalized():
             if inj.what not in FAULTS:
                 continue
             onset = self.start_ts + inj.start
@@ -166,6 +166,18 @@ class Scenario:
             kind = "slowdown" if inj.what == "ecn_congestion" else "stall"
             out.append(TruthIncident(inj.what, float(onset), float(end), culprits, kind))
         return out
+
+    def normalized(self) -> list[Injection]:
+        """Injections on whole seconds (the simulator's resolution), by start."""
+        return sorted(
+            (
+                replace(
+                    i, start=float(math.ceil(i.start)), duration=float(max(1, round(i.duration)))
+                )
+                for i in self.injections
+            ),
+            key=lambda i: i.start,
+        )
 
     def steps(self) -> Iterator[tuple[float, list[tuple[str, list[Reading]]]]]:
         """Per simulated second: the engine tick time and each collector's batch."""
@@ -202,7 +214,7 @@ class _Sim:
 
     def run(self) -> Iterator[tuple[float, list[tuple[str, list[Reading]]]]]:
         sc = self.sc
-        injections = sorted(sc.injections, key=lambda i: i.start)
+        injections = sc.normalized()
         for k in range(sc.duration):
             active = [i for i in injections if i.start <= k < i.start + i.duration]
             batches = self._second(k, active)

@@ -1,7 +1,9 @@
 """``[engine]``: thresholds of stall detection, evidence and incidents.
 
-Defaults come from ``../shared/reference/stalls-and-anchors.md`` §8: a 5 s
-job-level minimum stall (or 2 polls with strong evidence), PFC storm at a
+Defaults come from ``../shared/reference/stalls-and-anchors.md`` §8: a 10 s
+job-level minimum for stalls without strong evidence (the literature says 5 s;
+evaluation dips next to straggler waits make 5 s too eager), 2 polls with
+strong evidence, PFC storm at a
 pause fraction >= 0.8, flapping conditions merged into one incident.
 """
 
@@ -19,15 +21,16 @@ class EngineSettings:
     enabled: bool = option(True, "Run the correlation engine.")
     tick: float = option(1.0, "Seconds between engine ticks.", min=0.05, max=60.0, duration=True)
     min_duration: float = option(
-        5.0,
-        "A stall shorter than this is a dip, not an incident.",
+        10.0,
+        "A stall without strong evidence opens an incident after this long; shorter idle "
+        "periods are dips (evaluation, logging, straggler waits).",
         min=0.0,
         max=3600.0,
         duration=True,
     )
     min_duration_with_evidence: float = option(
-        2.0,
-        "A stall with strong evidence opens an incident after this long.",
+        1.0,
+        "A stall with strong evidence opens an incident after this long (1 s = 2 polls).",
         min=0.0,
         max=3600.0,
         duration=True,
@@ -77,6 +80,13 @@ class EngineSettings:
         min=0.0,
         max=3600.0,
         duration=True,
+    )
+    stall_gpus_ratio: float = option(
+        0.5,
+        "Share of the node's job GPUs that must be idle for a node stall (jobs stall "
+        "job-wide; one idle GPU among busy ones is noise or a missing sample).",
+        min=0.0,
+        max=1.0,
     )
     slow_ratio: float = option(
         0.75, "Work below this share of its baseline is a slowdown.", min=0.0, max=1.0

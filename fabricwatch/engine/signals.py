@@ -77,7 +77,7 @@ SIGNAL_SPECS: Mapping[str, MetricSpec] = {
         MetricSpec(NVLINK_ERRORS, C, "NVLink errors by type.", ("gpu", "link", "type")),
         MetricSpec(NVLINK_UP, G, "NVLink state, 1 active.", ("gpu", "link")),
         MetricSpec(GPU_INFO, G, "GPU identity.", ("gpu", "uuid", "model", "pci_bus_id")),
-        MetricSpec(GPU_JOB, G, "Job owning the GPU's processes.", ("gpu", "job")),
+        MetricSpec(GPU_JOB, G, "Job owning the GPU's processes.", ("gpu", "job_id")),
         MetricSpec(SW_PFC_RATIO, G, "Switch PFC pause-time fraction, 0-1.", _SWP),
         MetricSpec(SW_PFC_FRAMES, C, "Switch PFC pause frames.", _SWP),
         MetricSpec(SW_ECN, C, "Switch ECN-marked packets.", ("switch", "port", "queue")),

@@ -1,0 +1,275 @@
+"""Evaluate the engine on a generated suite with ground truth.
+
+    .venv/bin/python bench/engine_eval.py [--per-cause 30] [--background-node-days 10]
+
+Fault timelines: 1 h nodes with 6 faults each (every cause, including
+``unknown`` = a hang with no evidence), randomised magnitudes, durations
+10 s - 6 min (log-uniform), variants, 20 % of nodes without SM activity
+(power is the work signal), plus confounders, 10 % missing samples, switch
+counters refreshing every other poll. Background timelines: healthy 6 h
+nodes with job restarts, evaluation dips and phases, stragglers, collector
+gaps (2-5 s, some 250 s) and counter resets. Seeds are fixed and differ from
+the tests' (no threshold was tuned on them).
+
+Match rule (stalls-and-anchors.md §8): an incident matches a fault when
+[onset, end] overlaps [fault onset, fault end + 2 ticks]. Prints recall,
+precision, attribution and culprit accuracy per cause, latency in ticks
+and false alarms per node-day, against the issue's targets.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import random
+import statistics
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+
+from fabricwatch.engine.scenarios import FAULTS, Injection, Scenario, TruthIncident, run_live
+from fabricwatch.engine.settings import EngineSettings
+
+SLOT = 600
+PER_TIMELINE = 6
+
+
+@dataclass(frozen=True)
+class Found:
+    cause: str
+    cause_at_open: str
+    culprit: str
+    onset: float
+    end: float
+    opened_at: float
+
+
+def fault_timeline(seed: int, causes: list[str]) -> Scenario:
+    r = random.Random(seed)
+    inj: list[Injection] = []
+    for i, cause in enumerate(causes):
+        start = i * SLOT + r.uniform(150, 200)
+        duration = math.exp(r.uniform(math.log(10), math.log(360)))
+        inj.append(
+            Injection(
+                cause,
+                start,
+                duration,
+                magnitude=r.random(),
+                target=r.randrange(8),
+                variant=r.randrange(8),
+            )
+        )
+        # confounders between faults
+        inj.append(Injection("eval_dip", start - r.uniform(60, 120), r.uniform(1, 4)))
+        if r.random() < 0.5:
+            inj.append(
+                Injection(
+                    "collector_gap",
+                    start + duration + r.uniform(30, 60),
+                    r.uniform(2, 5),
+                    target=r.randrange(4),
+                )
+            )
+        if r.random() < 0.2:
+            inj.append(Injection("counter_reset", start + duration + r.uniform(60, 90), 1))
+    off = frozenset({"sm"}) if r.random() < 0.2 else frozenset()
+    return Scenario(duration=SLOT * len(causes), injections=inj, seed=seed, families_off=off)
+
+
+def background_timeline(seed: int, hours: float = 6.0) -> Scenario:
+    r = random.Random(seed)
+    dur = int(hours * 3600)
+    inj: list[Injection] = []
+    t = r.uniform(600, 3600)
+    while t < dur - 600:  # job restarts every 1-4 h
+        inj.append(Injection("job_restart", t, r.uniform(60, 240), magnitude=r.random()))
+        t += r.uniform(3600, 4 * 3600)
+    t = r.uniform(60, 600)
+    while t < dur - 60:  # evaluation/logging dips every 5-20 min
+        inj.append(Injection("eval_dip", t, r.uniform(1, 4)))
+        t += r.uniform(300, 1200)
+    t = r.uniform(1800, 5400)
+    while t < dur - 600:  # evaluation phases every 1-2 h
+        inj.append(Injection("eval_phase", t, r.uniform(30, 300), magnitude=r.random()))
+        t += r.uniform(3600, 7200)
+    if r.random() < 0.3:
+        inj.append(
+            Injection(
+                "straggler", r.uniform(0, dur / 2), r.uniform(600, dur / 2), magnitude=r.random()
+            )
+        )
+    t = r.uniform(0, 900)
+    while t < dur - 10:  # collector gaps: 2-5 s often, ~250 s rarely
+        long_gap = r.random() < 0.01
+        inj.append(
+            Injection(
+                "collector_gap", t, 250 if long_gap else r.uniform(2, 5), target=r.randrange(4)
+            )
+        )
+        t += r.uniform(300, 900)
+    if r.random() < 0.25:
+        inj.append(Injection("counter_reset", r.uniform(0, dur), 1))
+    return Scenario(duration=dur, injections=inj, seed=seed)
+
+
+def evaluate(sc: Scenario) -> tuple[list[TruthIncident], list[Found], float]:
+    t0 = time.process_time()
+    trs = run_live(sc, EngineSettings())
+    cpu = time.process_time() - t0
+    first: dict[str, str] = {}
+    last: dict[str, Found] = {}
+    for tr in trs:
+        inc = tr.incident
+        if tr.kind == "opened":
+            first[inc.key] = inc.cause
+        end = inc.ended_at or inc.updated_at
+        last[inc.key] = Found(
+            inc.cause, first.get(inc.key, inc.cause), inc.culprit.key, inc.onset, end, inc.opened_at
+        )
+    opened = {tr.incident.key: tr.at for tr in trs if tr.kind == "opened"}
+    found = [
+        Found(f.cause, f.cause_at_open, f.culprit, f.onset, f.end, opened.get(k, f.opened_at))
+        for k, f in last.items()
+    ]
+    return sc.truth(), found, cpu
+
+
+def _run(sc: Scenario) -> tuple[list[TruthIncident], list[Found], float, int]:
+    truth, found, cpu = evaluate(sc)
+    return truth, found, cpu, sc.duration
+
+
+def pct(values: list[float], q: float) -> float:
+    if not values:
+        return math.nan
+    s = sorted(values)
+    return s[min(len(s) - 1, int(q * len(s)))]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--per-cause", type=int, default=30)
+    ap.add_argument("--background-node-days", type=float, default=10.0)
+    ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--seed", type=int, default=90_000)
+    args = ap.parse_args()
+
+    r = random.Random(args.seed)
+    pool = [c for c in FAULTS for _ in range(args.per_cause)]
+    r.shuffle(pool)
+    fault_scs = [
+        fault_timeline(args.seed + i, pool[i * PER_TIMELINE : (i + 1) * PER_TIMELINE])
+        for i in range(math.ceil(len(pool) / PER_TIMELINE))
+    ]
+    n_bg = max(1, round(args.background_node_days * 4))
+    bg_scs = [background_timeline(args.seed + 10_000 + i) for i in range(n_bg)]
+    wall0 = time.perf_counter()
+    with ProcessPoolExecutor(max_workers=args.workers) as ex:
+        fault_res = list(ex.map(_run, fault_scs, chunksize=1))
+        bg_res = list(ex.map(_run, bg_scs, chunksize=1))
+    wall = time.perf_counter() - wall0
+
+    per: dict[str, dict[str, list[float]]] = {
+        c: {"hit": [], "attr": [], "attr_open": [], "culprit": [], "lat": []} for c in FAULTS
+    }
+    buckets: dict[str, list[float]] = {"10-60 s": [], "1-10 min": []}
+    fp_fault = 0
+    st = EngineSettings()
+    after_rule: list[float] = []
+    predicted: dict[str, list[float]] = {c: [] for c in FAULTS}
+    for truth, found, _, _ in fault_res:
+        used: set[int] = set()
+        for tr in truth:
+            match = None
+            for j, f in enumerate(found):
+                if j not in used and f.onset <= tr.end + 2 and f.end >= tr.onset:
+                    match = j
+                    break
+            d = per[tr.cause]
+            d["hit"].append(1.0 if match is not None else 0.0)
+            buckets["10-60 s" if tr.end - tr.onset < 60 else "1-10 min"].append(
+                1.0 if match is not None else 0.0
+            )
+            if match is None:
+                continue
+            used.add(match)
+            f = found[match]
+            d["attr"].append(1.0 if f.cause == tr.cause else 0.0)
+            d["attr_open"].append(1.0 if f.cause_at_open == tr.cause else 0.0)
+            if tr.cause != "unknown":
+                d["culprit"].append(1.0 if f.culprit in tr.culprits else 0.0)
+            d["lat"].append(f.opened_at - tr.onset)
+            rule = st.min_duration_with_evidence
+            if f.cause_at_open == "unknown" or tr.kind == "slowdown":
+                rule = st.min_duration
+            after_rule.append(f.opened_at - tr.onset - rule)
+            predicted[f.cause].append(1.0 if f.cause == tr.cause else 0.0)
+        for j, f in enumerate(found):
+            if j not in used:
+                fp_fault += 1
+                predicted.setdefault(f.cause, []).append(0.0)
+    bg_alarms = sum(len(found) for _, found, _, _ in bg_res)
+    bg_days = sum(dur for *_, dur in bg_res) / 86400
+    fault_hours = sum(dur for *_, dur in fault_res) / 3600
+    cpu = sum(c for _, _, c, _ in fault_res + bg_res)
+
+    print(
+        f"suite: {sum(len(t) for t, *_ in fault_res)} faults in {fault_hours:.0f} node-hours, "
+        f"{bg_days:.1f} node-days of background; {cpu:.0f} CPU-s, {wall:.0f} s wall "
+        f"({args.workers} workers)"
+    )
+    print()
+    hdr = f"{'cause':18} {'n':>4} {'recall':>7} {'prec':>6} {'attr':>6} {'attr@open':>9} "
+    hdr += f"{'culprit':>7} {'lat p50':>7} {'lat p90':>7}"
+    print(hdr)
+    all_hit: list[float] = []
+    all_attr: list[float] = []
+    all_cul: list[float] = []
+    all_lat: list[float] = []
+    for c in FAULTS:
+        d = per[c]
+        all_hit += d["hit"]
+        all_attr += d["attr"]
+        all_cul += d["culprit"]
+        all_lat += d["lat"]
+        prec = statistics.fmean(predicted[c]) if predicted[c] else math.nan
+        cul = f"{statistics.fmean(d['culprit']):.3f}" if d["culprit"] else "   -"
+        print(
+            f"{c:18} {len(d['hit']):4d} {statistics.fmean(d['hit']):7.3f} {prec:6.3f} "
+            f"{statistics.fmean(d['attr'] or [math.nan]):6.3f} "
+            f"{statistics.fmean(d['attr_open'] or [math.nan]):9.3f} {cul:>7} "
+            f"{pct(d['lat'], 0.5):7.1f} {pct(d['lat'], 0.9):7.1f}"
+        )
+    tp = sum(len(v) for v in (per[c]["attr"] for c in FAULTS))
+    precision = tp / (tp + fp_fault + bg_alarms) if tp else math.nan
+    print()
+    for name, vals in buckets.items():
+        print(
+            f"recall for stalls {name}: {statistics.fmean(vals or [math.nan]):.3f} (n={len(vals)})"
+        )
+    print()
+    rows = [
+        ("recall (stalls >= 10 s)", statistics.fmean(all_hit), ">= 0.97"),
+        ("precision (incl. background)", precision, ">= 0.95"),
+        ("attribution accuracy (top-1)", statistics.fmean(all_attr), ">= 0.95"),
+        ("culprit accuracy", statistics.fmean(all_cul), ">= 0.85 (reference)"),
+        ("median detection latency (ticks from onset)", pct(all_lat, 0.5), "<= 2"),
+        ("p90 detection latency (ticks from onset)", pct(all_lat, 0.9), "<= 4 (reference)"),
+        ("median latency after the min-duration rule", pct(after_rule, 0.5), "<= 2 (reference)"),
+        ("p90 latency after the min-duration rule", pct(after_rule, 0.9), "<= 4 (reference)"),
+        ("false alarms per node-day (background)", bg_alarms / bg_days, "<= 0.01"),
+    ]
+    for name, value, target in rows:
+        print(f"{name:45} {value:8.3f}   target {target}")
+    print(f"{'false alarms in fault timelines (unmatched)':45} {fp_fault:8d}")
+    print(
+        f"\nbackground: {bg_alarms} alarm(s) in {bg_days:.1f} node-days; "
+        f"the issue asks for >= 100 node-days: run with --background-node-days 100 "
+        f"(~{cpu / max(bg_days + fault_hours / 24, 1e-9) * 100 / 3600:.1f} CPU-hours)"
+    )
+
+
+if __name__ == "__main__":
+    main()
