@@ -29,7 +29,9 @@ DEFAULT_PORT = 9477
 class DaemonSettings:
     """``[daemon]``: identity, file system roots and the pipeline tick."""
 
-    node: str = option("", "Node name in labels and incidents; empty = host name.")
+    node: str = option(
+        "", "Node name in labels and incidents; empty = $FABRICWATCH_NODE, else the host name."
+    )
     cluster: str = option("default", "Cluster name in MQTT topics and alerts.")
     state_dir: Path = option(
         Path("/var/lib/fabricwatch"), "Writable directory for the incident database and outbox."
@@ -42,8 +44,12 @@ class DaemonSettings:
     )
 
     def node_name(self) -> str:
-        """The configured node name, or the host name."""
-        return self.node or socket.gethostname()
+        """The configured node name, else ``$FABRICWATCH_NODE``, else the host name.
+
+        In a Kubernetes pod the host name is the pod's; the DaemonSet passes
+        the node's name through the environment.
+        """
+        return self.node or os.environ.get("FABRICWATCH_NODE") or socket.gethostname()
 
 
 @dataclass(kw_only=True)

@@ -172,3 +172,17 @@ def test_dump_round_trips_through_the_validator(tmp_path: Path) -> None:
     again = load_config(_write(tmp_path, text), REG)
     assert again.collectors == cfg.collectors
     assert again.daemon == cfg.daemon
+
+
+def test_node_name_from_config_then_environment_then_hostname(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import socket
+
+    from fabricwatch.config import DaemonSettings
+
+    monkeypatch.delenv("FABRICWATCH_NODE", raising=False)
+    assert DaemonSettings().node_name() == socket.gethostname()
+    monkeypatch.setenv("FABRICWATCH_NODE", "gpu-node-17")
+    assert DaemonSettings().node_name() == "gpu-node-17"
+    assert DaemonSettings(node="explicit").node_name() == "explicit"
