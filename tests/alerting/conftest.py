@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import getpass
 import os
 import secrets
 import shutil
@@ -198,8 +199,12 @@ class Mosquitto:
         self.conf.write_text(
             f"listener {self.port} 127.0.0.1\n"
             "persistence true\n"
+            "queue_qos0_messages true\n"
             f"persistence_location {workdir}/\n"
-            "log_dest stdout\n" + (extra or "allow_anonymous true\n")
+            "log_dest stdout\n"
+            # Run as the test's user: a root-started broker would otherwise drop to the
+            # `mosquitto` user and fail to read or write files under pytest's 0700 tmp dirs.
+            f"user {getpass.getuser()}\n" + (extra or "allow_anonymous true\n")
         )
 
     def start(self) -> None:
