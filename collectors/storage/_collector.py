@@ -13,7 +13,7 @@ from pathlib import Path, PurePosixPath
 import structlog
 
 from fabricwatch.collector import CollectorEnv
-from fabricwatch.counters import CounterTracker
+from fabricwatch.counters import CounterState, CounterTracker
 from fabricwatch.errors import CollectorError, ParseError
 from fabricwatch.readings import MetricKind, MetricSpec, Reading
 
@@ -165,12 +165,17 @@ def _ratio(num: float, den: float) -> float:
 
 @dataclass(slots=True)
 class _Dev:
-    """State of one block device while it is present."""
+    """State of one block device while it is present and looked at.
+
+    ``counters`` are the per-field :class:`~fabricwatch.counters.CounterState`
+    of the collector's tracker settings, held here to skip a dict lookup per
+    field per device per cycle.
+    """
 
     dev: str
     gen: int
-    partition: bool
     burst: BurstDetector
+    counters: list[CounterState | None] = field(default_factory=lambda: [None] * len(_BITS))
     totals: list[float | None] = field(default_factory=list)
     prev: list[float | None] | None = None
     prev_ts: float = 0.0
@@ -220,8 +225,10 @@ class StorageCollector:
             min_rate=settings.burst_min_rate,
         )
         self._exclude = re.compile(settings.device_exclude)
+        self._nfs_ops = frozenset(settings.nfs_ops)
         self._devs: dict[str, _Dev] = {}
         self._gens: dict[str, int] = {}
+        self._partition: dict[tuple[str, str], bool] = {}
         self._nfs: dict[str, _Nfs] = {}
         self._mounts: tuple[MountEntry, ...] = ()
         self._next_remap = float("-inf")
@@ -343,52 +350,70 @@ class StorageCollector:
         self._parsed("diskstats", parsed.errors, len(parsed.devices))
         if not parsed.devices:
             return {}
-        wanted = {
-            p.mount.dev for p in self._paths if p.mount is not None and not p.mount.is_nfs
-        } | {
-            PurePosixPath(p.mount.source).name
-            for p in self._paths
-            if p.mount is not None and not p.mount.is_nfs
-        }
+        wanted: set[str] = set()
+        for p in self._paths:
+            if p.mount is not None and not p.mount.is_nfs:
+                wanted.add(p.mount.dev)
+                wanted.add(PurePosixPath(p.mount.source).name)
         seen: dict[str, _Dev] = {}
+        present: set[str] = set()
         for d in parsed.devices:
-            if d.name in seen:
+            if d.name in present:
                 continue  # a duplicate line is garbage; the first one counts
+            present.add(d.name)
+            export = self._exported(d)
+            backs_path = d.dev in wanted or d.name in wanted
+            # Devices nobody looks at (partitions, idle loops) cost nothing.
+            if not export and not backs_path:
+                continue
             st = self._update_dev(d, now)
             seen[d.name] = st
-            if d.dev in wanted or d.name in wanted:
+            if backs_path:
                 seen[d.dev] = st
-            if self._exported(d, st):
+            if export:
                 self._emit_dev(d, st, out)
         for name in [n for n in self._devs if n not in seen]:
-            self._drop_dev(name)
+            self._devs.pop(name, None)
+        if len(self._partition) > len(present):
+            self._partition = {k: v for k, v in self._partition.items() if k[0] in present}
         return seen
 
-    def _exported(self, d: DiskStats, st: _Dev) -> bool:
+    def _is_partition(self, d: DiskStats) -> bool:
+        key = (d.name, d.dev)
+        part = self._partition.get(key)
+        if part is None:
+            part = (self._env.sys_root / "dev" / "block" / d.dev / "partition").exists()
+            self._partition[key] = part
+        return part
+
+    def _exported(self, d: DiskStats) -> bool:
         if self._exclude.search(d.name):
             return False
-        if st.partition and not self._s.include_partitions:
+        if not self._s.include_partitions and self._is_partition(d):
             return False
         return self._s.include_idle or d.reads > 0 or d.writes > 0
 
     def _update_dev(self, d: DiskStats, now: float) -> _Dev:
         st = self._devs.get(d.name)
         if st is None or st.dev != d.dev:
-            if st is not None:
-                self._drop_dev(d.name)
             gen = self._gens.get(d.name, 0) + 1
             self._gens[d.name] = gen
-            part = (self._env.sys_root / "dev" / "block" / d.dev / "partition").exists()
-            st = _Dev(d.dev, gen, part, BurstDetector(self._bs))
+            st = _Dev(d.dev, gen, BurstDetector(self._bs))
             self._devs[d.name] = st
+        tuning = self._tracker.settings
         totals: list[float | None] = []
-        for i, (v, bits) in enumerate(zip(_dev_raw(d), _BITS, strict=True)):
+        counters = st.counters
+        for i, v in enumerate(_dev_raw(d)):
             if v is None:
                 totals.append(None)
                 continue
-            key = (d.name, i)
-            self._tracker.update(key, v, now, bits=bits, epoch=st.gen)
-            totals.append(self._tracker.total(key))
+            cs = counters[i]
+            if cs is None:
+                counters[i] = CounterState(v, now, st.gen)
+                totals.append(float(v))
+            else:
+                cs.update(v, now, tuning, bits=_BITS[i], epoch=st.gen)
+                totals.append(cs.total)
         prev = st.prev
         if prev is not None and now > st.prev_ts:
             dw = _delta(totals, prev, _WRITES)
@@ -404,11 +429,6 @@ class StorageCollector:
         if wsect is not None:
             st.state = st.burst.update(now, wsect * SECTOR_BYTES)
         return st
-
-    def _drop_dev(self, name: str) -> None:
-        self._devs.pop(name, None)
-        for i in range(len(_BITS)):
-            self._tracker.forget((name, i))
 
     def _emit_dev(self, d: DiskStats, st: _Dev, out: list[Reading]) -> None:
         lab = (d.name,)
@@ -448,7 +468,7 @@ class StorageCollector:
         text = self._read("mountstats", path)
         if text is None:
             return {}
-        parsed = parse_mountstats(text, source=str(path))
+        parsed = parse_mountstats(text, source=str(path), ops=self._nfs_ops)
         self._parsed("mountstats", parsed.errors, len(parsed.mounts))
         ids = {m.mountpoint: m.mount_id for m in self._mounts if m.is_nfs}
         for mp, m in parsed.mounts.items():

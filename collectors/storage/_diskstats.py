@@ -80,7 +80,7 @@ def parse_line(line: str, *, source: str = "diskstats", lineno: int | None = Non
         bad = next(p for p in parts[:2] + parts[3:_FLUSH_FIELDS] if not p.isdigit())
         msg = f"device {name!r}: field {bad[:40]!r} is not a non-negative integer"
         raise ParseError(msg, source=source, line=lineno) from None
-    if any(v < 0 for v in nums):
+    if min(nums) < 0:
         msg = f"device {name!r}: negative counter"
         raise ParseError(msg, source=source, line=lineno)
     major, minor, *c = nums
