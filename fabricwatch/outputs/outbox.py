@@ -376,6 +376,19 @@ class Outbox:
         return cur.rowcount
 
 
+def _well_formed(d: Delivery) -> bool:
+    try:
+        ev = d.event()
+    except ValueError:
+        return False
+    return (
+        isinstance(ev, dict)
+        and isinstance(ev.get("data"), dict)
+        and isinstance(ev.get("type"), str)
+        and "key" in ev["data"]
+    )
+
+
 class SinkError(DeliveryError):
     """A delivery attempt failed; says whether and when to retry.
 
@@ -526,6 +539,7 @@ class _Worker:
     task: asyncio.Task[None] | None = None
     split_through: int = 0
     next_refresh: float = 0.0
+    unrecorded: list[int] = field(default_factory=list)
 
 
 class OutboxSender:
@@ -628,6 +642,11 @@ class OutboxSender:
 
     async def _step(self, w: _Worker) -> float:
         """One round; returns how long to wait before the next one."""
+        if w.unrecorded:
+            # Delivered, but the database refused the write: record it before anything
+            # else, so this process never sends it twice.
+            self.outbox.mark_delivered(w.unrecorded)
+            w.unrecorded = []
         now = self.outbox.clock()
         wait_refresh = await self._maybe_refresh(w)
         if now - self._last_prune > 3600.0:
@@ -646,6 +665,11 @@ class OutboxSender:
         expired = [d for d in batch if now - d.created_at > self.policy.max_age]
         if expired:
             self._dead(w, expired, "older than max_age")
+            return 0.0
+        corrupt = [d for d in batch if not _well_formed(d)]
+        if corrupt:
+            # Retrying cannot repair a row someone edited or a disk mangled.
+            self._dead(w, corrupt, "corrupt payload (not an event envelope)")
             return 0.0
         due = batch[0].next_attempt_at
         if due > now + self.policy.backoff_max + self.policy.max_retry_after:
@@ -676,8 +700,12 @@ class OutboxSender:
         except Exception as exc:  # noqa: BLE001 - a sink bug must not stop the other rows
             self._failed(w, batch, SinkError(f"{type(exc).__name__}: {exc}"))
             return
-        self.outbox.mark_delivered(ids)
         w.stats.succeeded += len(batch)
+        try:
+            self.outbox.mark_delivered(ids)
+        except sqlite3.Error:
+            w.unrecorded = ids
+            raise
         log.info(
             "delivered",
             sink=name,

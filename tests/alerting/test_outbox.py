@@ -3,6 +3,7 @@ ordering, backoff, Retry-After, dead letters, 410, flood control, restart."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
 import sqlite3
@@ -341,3 +342,50 @@ def test_resolved_transition_helper() -> None:
         severity="critical",
     )
     assert ev["type"] == "incident.resolved" and ev["data"]["state"] == "resolved"
+
+
+@pytest.mark.parametrize(
+    "garbage", ["{not json", "[]", '{"type": "incident.opened"}', "", '{"data": 3}']
+)
+async def test_corrupt_rows_are_dead_lettered_not_retried(garbage: str) -> None:
+    box = Outbox(sqlite3.connect(":memory:", isolation_level=None))
+    ids = fill(box, ["rec"], 2)
+    box.conn.execute("UPDATE outbox SET payload = ? WHERE event_id = ?", (garbage, ids[0]))
+    sink = Recorder()
+    sender = OutboxSender(box, [sink])
+    await sender.start()
+    try:
+        assert await sender.drain(within=10.0)
+    finally:
+        await sender.close()
+    assert sink.batches == [[ids[1]]]
+    (dead,) = box.rows(state="dead")
+    assert dead.event_id == ids[0] and "corrupt" in (dead.last_error or "")
+
+
+async def test_unwritable_database_degrades_and_recovers(tmp_path: Path) -> None:
+    """A locked database (another writer holds it) stalls delivery; it resumes afterwards."""
+    path = tmp_path / "o.db"
+    box = Outbox.open(path)
+    (eid,) = fill(box, ["rec"], 1)
+    box.conn.execute("PRAGMA busy_timeout = 50")
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("BEGIN EXCLUSIVE")
+    sink = Recorder()
+    sender = OutboxSender(box, [sink], RetryPolicy(backoff_max=0.2))
+    await sender.start()
+    try:
+        for _ in range(100):
+            if sink.batches:
+                break
+            await asyncio.sleep(0.02)
+        # The send happened but marking it delivered could not be written yet.
+        await asyncio.sleep(0.3)
+        assert box.rows()[0].state == "pending"
+        other.execute("ROLLBACK")
+        other.close()
+        assert await sender.drain(within=10.0)
+    finally:
+        await sender.close()
+    assert [d.state for d in box.rows()] == ["delivered"]
+    assert sink.batches == [[eid]]  # not sent again while the write was refused
