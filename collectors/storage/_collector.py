@@ -462,7 +462,8 @@ class StorageCollector:
         if not any(m.is_nfs for m in self._mounts):
             # No NFS mounted: mountstats has nothing for us; skip the read.
             self._up["mountstats"] = 1.0
-            self._nfs.clear()
+            for mp in list(self._nfs):
+                self._forget_nfs(mp)
             return {}
         path = self._env.proc_root / "self" / "mountstats"
         text = self._read("mountstats", path)
@@ -474,8 +475,15 @@ class StorageCollector:
         for mp, m in parsed.mounts.items():
             self._emit_nfs(mp, m, ids.get(mp), now, out)
         for mp in [mp for mp in self._nfs if mp not in parsed.mounts]:
-            del self._nfs[mp]
+            self._forget_nfs(mp)
         return parsed.mounts
+
+    def _forget_nfs(self, mp: str) -> None:
+        """An unmounted share's state goes, so memory follows the mount table."""
+        self._nfs.pop(mp, None)
+        for op in self._nfs_ops:
+            for k in (_NFS_RTT, _NFS_EXE, _NFS_N):
+                self._tracker.forget(("nfs", mp, op, k))
 
     def _emit_nfs(
         self, mp: str, m: NfsMount, mount_id: int | None, now: float, out: list[Reading]

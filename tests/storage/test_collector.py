@@ -456,6 +456,21 @@ def test_no_nfs_mounted_skips_mountstats(proc: ProcTree, clock: FakeClock, sysfs
     assert h.labels(sc.NFS_OPS.name) == set()
 
 
+def test_unmounted_share_state_is_dropped(proc: ProcTree, clock: FakeClock, sysfs: Path) -> None:
+    info = data("mountinfo.txt")
+    proc.mountinfo(info)
+    proc.diskstats(data("diskstats-6.1.txt"))
+    proc.mountstats(data("mountstats-nfs.txt"))
+    h = Harness(proc, clock, sysfs, remap_interval=1.0)
+    h.cycle()
+    h.cycle()
+    tracked = len(h.collector._tracker)
+    assert tracked == 2 * 3 * 3  # two mounts x WRITE/COMMIT/READ x rtt/exe/ops
+    proc.mountinfo("\n".join(ln for ln in info.splitlines() if " - nfs" not in ln) + "\n")
+    h.cycle()
+    assert len(h.collector._tracker) == 0
+
+
 # --- garbage, truncation, recovery ---------------------------------------------------
 
 
