@@ -11,9 +11,10 @@ from typing import Any
 import pytest
 
 from fabricwatch.engine.db import IncidentDB
+from fabricwatch.engine.incidents import IncidentTransition
 from fabricwatch.outputs.outbox import Outbox, OutboxSender, RetryPolicy
 from fabricwatch.outputs.sinks import AlertmanagerSink, Route, Router
-from tests.alerting.conftest import Alertmanager, opened, resolved
+from tests.alerting.conftest import Alertmanager, make_incident, opened, resolved
 
 pytestmark = pytest.mark.integration
 
@@ -66,7 +67,33 @@ async def test_firing_then_resolved(alertmanager: Alertmanager, tmp_path: Path) 
         )
         assert sender.stats()["am"].refreshes >= 1
 
-        db.record([resolved("a" * 16, node="am-node-1", onset=now - 70)])
+        # A significant update changes the cause: the old label set ends at once and
+        # only the new one is active.
+        db.record(
+            [
+                IncidentTransition(
+                    "updated",
+                    time.time(),
+                    make_incident("a" * 16, node="am-node-1", onset=now - 70,
+                                  cause="ecn_congestion", revision=2),
+                )
+            ]
+        )  # fmt: skip
+        assert await sender.drain(within=10.0)
+        assert await wait_for(
+            lambda: (
+                [a["labels"]["cause"] for a in ours(alertmanager, "am-node-1")]
+                == ["ecn_congestion"]
+            )
+        )
+
+        db.record(
+            [
+                resolved(
+                    "a" * 16, node="am-node-1", onset=now - 70, cause="ecn_congestion", revision=3
+                )
+            ]
+        )
         assert await sender.drain(within=10.0)
         # Resolved alerts (endsAt in the past) leave the active list.
         assert await wait_for(lambda: ours(alertmanager, "am-node-1") == [], within=10.0)

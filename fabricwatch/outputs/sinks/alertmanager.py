@@ -27,6 +27,7 @@ from fabricwatch.outputs.sinks._render import (
     runbook,
 )
 
+_LABEL_MEMORY = 10_000  # incidents whose last posted label set is remembered
 ALERTNAMES = {"stall": "FabricwatchGPUStall", "slowdown": "FabricwatchGPUSlowdown"}
 
 
@@ -56,6 +57,7 @@ class AlertmanagerSink:
         self._runbook = runbook_url
         self._generator = generator_url
         self._clock = clock
+        self._labels: dict[str, dict[str, str]] = {}
         headers = {"Authorization": f"Bearer {bearer_token}"} if bearer_token else None
         self._http = HttpTransport(timeout=timeout, headers=headers, user_agent=user_agent())
 
@@ -135,8 +137,23 @@ class AlertmanagerSink:
         now = self._clock()
         # Resolved first, so a new incident with the same labels is not ended by the old one.
         ordered = sorted(rows, key=lambda d: d.transition != "resolved")
-        body = json.dumps([self.alert(d.event(), now) for d in ordered]).encode()
-        await self._http.post(self.url, body, {"Content-Type": "application/json"})
+        alerts: list[dict[str, Any]] = []
+        posted: dict[str, dict[str, str]] = {}
+        for d in ordered:
+            alert = self.alert(d.event(), now)
+            prev = self._labels.get(d.dedup_key)
+            if prev is not None and prev != alert["labels"]:
+                # The update changed the cause or culprit, so the label set (the alert's
+                # identity) changed: end the old alert instead of letting it time out.
+                alerts.append({**alert, "labels": prev, "endsAt": iso(now)})
+            alerts.append(alert)
+            posted[d.dedup_key] = alert["labels"]
+        await self._http.post(
+            self.url, json.dumps(alerts).encode(), {"Content-Type": "application/json"}
+        )
+        self._labels.update(posted)
+        while len(self._labels) > _LABEL_MEMORY:
+            self._labels.pop(next(iter(self._labels)))
 
     async def deliver(self, batch: Sequence[Delivery]) -> None:
         """POST the latest state of each incident in ``batch``."""
