@@ -635,6 +635,9 @@ class OutboxSender:
             except (sqlite3.Error, StoreError) as exc:
                 # A full or locked disk degrades delivery; it must not end the worker.
                 log.error("outbox_database_error", sink=name, error=str(exc))
+                delay = min(self.policy.backoff_max, 5.0)
+            except Exception as exc:  # noqa: BLE001 - a bug must not silently stop paging
+                log.error("outbox_worker_error", sink=name, error=f"{type(exc).__name__}: {exc}")
                 delay = self.policy.backoff_max
             if w.stats.disabled:
                 return

@@ -32,7 +32,7 @@ from fabricwatch.outputs.sinks._http import check_response, parse_retry_after
 from fabricwatch.outputs.sinks.slack import message
 from fabricwatch.outputs.sinks.webhook import decode_secret, sign
 from fabricwatch.settings import build
-from tests.alerting.conftest import Receiver, make_incident, new_secret, opened, resolved
+from tests.alerting.conftest import T0, Receiver, make_incident, new_secret, opened, resolved
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "alerting.md"
 
@@ -373,6 +373,14 @@ def test_alertmanager_alert_shape() -> None:
         data=to_json(make_incident("a1" * 8, state="resolved", resolved_at=1_760_000_060.0)),
     )
     assert sink.alert(res, 1_760_000_100.0)["endsAt"] == "2025-10-09T08:54:20.000Z"  # resolve time
+    # A resolve stamped before the onset (clock step) must not make Alertmanager reject the POST.
+    early = dict(
+        ev,
+        type="incident.resolved",
+        data=to_json(make_incident("a1" * 8, state="resolved", resolved_at=T0 - 5)),
+    )
+    bad = sink.alert(early, 1_760_000_100.0)
+    assert bad["endsAt"] == bad["startsAt"]
 
 
 def test_sink_settings_validation() -> None:

@@ -389,3 +389,25 @@ async def test_unwritable_database_degrades_and_recovers(tmp_path: Path) -> None
         await sender.close()
     assert [d.state for d in box.rows()] == ["delivered"]
     assert sink.batches == [[eid]]  # not sent again while the write was refused
+
+
+def test_firing_lists_latest_state_per_incident() -> None:
+    clock = Clock(10_000.0)
+    box = Outbox(sqlite3.connect(":memory:", isolation_level=None), clock=clock)
+    router = Router("c1", [Route("am", min_severity="info")], clock=clock)
+    with box.transaction() as conn:
+        router(conn, opened("f1" * 8))  # stays firing
+        router(conn, opened("f2" * 8))
+        router(conn, resolved("f2" * 8))  # resolved just now
+        router(conn, opened("f3" * 8))
+        router(conn, resolved("f3" * 8))  # resolved long ago
+        router(conn, opened("f4" * 8))  # not delivered yet: the worker sends it
+    rows = box.head("am", 10)
+    box.mark_delivered([r.id for r in rows if r.incident_key == "f3" * 8])
+    clock.t += 600.0
+    box.mark_delivered([r.id for r in rows if r.incident_key in ("f1" * 8, "f2" * 8)])
+    firing = box.firing("am", resolved_within=300.0)
+    assert [(d.incident_key, d.transition) for d in firing] == [
+        ("f1" * 8, "opened"),
+        ("f2" * 8, "resolved"),
+    ]
