@@ -42,7 +42,24 @@ class _External:
 
 
 # Subcommands whose implementation lives beside the feature they drive.
-_EXTERNAL: tuple[_External, ...] = ()
+_EXTERNAL: tuple[_External, ...] = (
+    _External(
+        "probe-storage",
+        "fabricwatch.collectors.storage.probe_cli",
+        "rehearse a checkpoint: write SIZE to PATH with fsync, report GB/s and per-write "
+        "latency, and whether a model's checkpoint fits the time budget",
+    ),
+    _External(
+        "incidents",
+        "fabricwatch.engine.cli_incidents",
+        "list the incidents recorded in the state directory",
+    ),
+    _External(
+        "replay",
+        "fabricwatch.engine.cli_replay",
+        "run the correlation engine offline over OpenMetrics files or a Prometheus server",
+    ),
+)
 
 
 def _load(args: argparse.Namespace, path: Path | None = None) -> Config:

@@ -213,6 +213,14 @@ def test_check_config_accepts_the_shipped_sample() -> None:
 def test_help_explains_every_subcommand() -> None:
     r = _cli("--help")
     assert r.returncode == 0
-    for cmd in ("run", "check-config", "version"):
+    for cmd in (
+        "run",
+        "check-config",
+        "sample-config",
+        "version",
+        "probe-storage",
+        "incidents",
+        "replay",
+    ):
         assert cmd in r.stdout
     assert "Exit codes" in r.stdout
