@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from fabricwatch.collector import CollectorSettings, Registry
+from fabricwatch.engine.settings import EngineSettings
 from fabricwatch.errors import ConfigError
 from fabricwatch.settings import build, option
 
@@ -115,6 +116,7 @@ class Config:
     web: WebSettings = field(default_factory=WebSettings)
     log: LogSettings = field(default_factory=LogSettings)
     store: StoreSettings = field(default_factory=StoreSettings)
+    engine: EngineSettings = field(default_factory=EngineSettings)
     collectors: dict[str, CollectorSettings] = field(default_factory=dict)
     source: str | None = None
 
@@ -124,6 +126,7 @@ _SECTIONS: dict[str, type[Any]] = {
     "web": WebSettings,
     "log": LogSettings,
     "store": StoreSettings,
+    "engine": EngineSettings,
 }
 
 

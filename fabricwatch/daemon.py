@@ -13,21 +13,25 @@ import contextlib
 import os
 import resource
 import signal
-import time
-from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
 import structlog
+from aiohttp import web
 
+from fabricwatch.clock import Clock
 from fabricwatch.collector import Collector, CollectorEnv, Registry
 from fabricwatch.config import Config, DaemonSettings, load_config, split_listen
 from fabricwatch.counters import TrackerSettings
+from fabricwatch.engine.core import Engine
+from fabricwatch.engine.db import IncidentDB
+from fabricwatch.engine.incidents import IncidentTransition, to_json
 from fabricwatch.errors import ConfigError, FabricwatchError
 from fabricwatch.logs import configure_logging
 from fabricwatch.outputs.exposition import ReloadStatus, build_registry
-from fabricwatch.outputs.web import WebServer
+from fabricwatch.outputs.web import Route, WebServer
 from fabricwatch.sdnotify import Notifier
+from fabricwatch.settings import parse_duration
 from fabricwatch.store import SnapshotStore
 from fabricwatch.supervisor import StartupFailedError, Supervisor
 from fabricwatch.webconfig import WebConfig, load_web_config
@@ -95,28 +99,31 @@ class Daemon:
         config_path: Path | None,
         web_config_path: Path | None = None,
         notifier: Notifier | None = None,
-        monotonic: Callable[[], float] = time.monotonic,
-        wall: Callable[[], float] = time.time,
+        clock: Clock | None = None,
     ) -> None:
         self.config = config
         self._registry = registry
         self._config_path = config_path
         self._web_config_override = web_config_path
         self._notifier = notifier or Notifier()
-        self._monotonic = monotonic
-        self._wall = wall
-        self.reload_status = ReloadStatus(successful=True, success_timestamp=wall())
+        self.clock = clock or Clock()
+        self._monotonic = self.clock.monotonic
+        self._wall = self.clock.wall
+        self._sleep = self.clock.sleep
+        self.reload_status = ReloadStatus(successful=True, success_timestamp=self._wall())
         self.store = SnapshotStore(
             history=config.store.history,
             stale_after=config.store.stale_after,
             tracker=TrackerSettings(gap_after=config.store.gap_after),
         )
-        self.supervisor = Supervisor(self.store, monotonic=monotonic, wall=wall)
+        self.supervisor = Supervisor(self.store, clock=self.clock)
         self._stop = asyncio.Event()
-        self._heartbeat = monotonic()
+        self._heartbeat = self._monotonic()
         self._tasks: list[asyncio.Task[None]] = []
         self._web: WebServer | None = None
         self.env: CollectorEnv | None = None
+        self.db: IncidentDB | None = None
+        self.engine: Engine | None = None
 
     # -- construction -------------------------------------------------------
 
@@ -127,7 +134,7 @@ class Daemon:
         return load_web_config(path) if path is not None else WebConfig()
 
     def _collectors(self, config: Config, env: CollectorEnv) -> Supervisor:
-        sup = Supervisor(self.store, monotonic=self._monotonic, wall=self._wall)
+        sup = Supervisor(self.store, clock=self.clock)
         for name, settings in config.collectors.items():
             if not settings.enabled:
                 continue
@@ -151,9 +158,19 @@ class Daemon:
             wall=self._wall,
         )
         web_config = self._web_config(cfg)
+        self.db = IncidentDB.in_state_dir(state_dir)
+        try:
+            self.db.connect()
+        except FabricwatchError as exc:
+            log.error("state_db_unusable", error=str(exc))
+            return EXIT_STARTUP
+        if cfg.engine.enabled:
+            self.engine = Engine(cfg.engine, self.store, self.env.node, self.db)
+            self.store.register("engine", self.engine.metrics())
         self.supervisor = self._collectors(cfg, self.env)
         registry = build_registry(self.store, lambda: self.supervisor.states, self.reload_status)
-        self._web = WebServer(registry, self._ready, web_config)
+        routes = [Route("/api/v1/incidents", self._api_incidents, "incidents (JSON)")]
+        self._web = WebServer(registry, self._ready, web_config, routes)
         host, port = split_listen(cfg.web.listen)
         try:
             await self._web.start(host, port)
@@ -229,6 +246,8 @@ class Daemon:
         if self._web is not None:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._web.stop(), timeout=timeout)
+        if self.db is not None:
+            self.db.close()
         self._notifier.close()
 
     # -- periodic work --------------------------------------------------------
@@ -239,9 +258,52 @@ class Daemon:
         while True:
             now = self._monotonic()
             self.store.expire(now)
+            if self.engine is not None:
+                self._engine_tick(self.engine, now)
             self._heartbeat = now
             next_at += tick
-            await asyncio.sleep(max(0.0, next_at - self._monotonic()))
+            await self._sleep(max(0.0, next_at - self._monotonic()))
+
+    def _engine_tick(self, engine: Engine, now: float) -> None:
+        try:
+            transitions = engine.tick(now, self._wall())
+        except FabricwatchError as exc:
+            # The database refused the write (disk full, file removed): the
+            # engine keeps its state and retries the record on the next change.
+            log.error("engine_tick_failed", error=str(exc))
+            return
+        self.store.ingest("engine", engine.readings(), now)
+        for tr in transitions:
+            self._on_transition(tr)
+
+    def _on_transition(self, tr: IncidentTransition) -> None:
+        """Called after a transition is persisted; outputs hang off here."""
+        doc = to_json(tr.incident)
+        log.info(
+            f"incident_{tr.kind}",
+            incident=doc["key"],
+            cause=doc["cause"],
+            culprit=doc["culprit"]["key"],
+            gpus=doc["gpus"],
+            confidence=doc["confidence"],
+            summary=doc["summary"],
+        )
+
+    async def _api_incidents(self, request: web.Request) -> web.Response:
+        """``GET /api/v1/incidents?since=24h&state=open&limit=100``."""
+        q = request.query
+        try:
+            since = self._wall() - parse_duration(q["since"]) if "since" in q else None
+            limit = int(q.get("limit", "1000"))
+        except ValueError as exc:
+            return web.json_response({"error": str(exc)}, status=400)
+        state = q.get("state")
+        if state not in (None, "open", "resolved"):
+            return web.json_response({"error": "state must be open or resolved"}, status=400)
+        if self.db is None:
+            return web.json_response({"error": "not started"}, status=503)
+        docs = self.db.incidents(since=since, state=state, limit=max(1, min(limit, 10_000)))
+        return web.json_response({"schema": "fabricwatch.incidents/v1", "incidents": docs})
 
     def pipeline_alive(self) -> bool:
         """The tick loop ran recently and no collector loop has died."""
@@ -257,7 +319,7 @@ class Daemon:
                 self._notifier.watchdog()
             else:
                 log.error("pipeline_stalled", hint="watchdog pings withheld; systemd will restart")
-            await asyncio.sleep(period)
+            await asyncio.sleep(period)  # real time: systemd's watchdog is not scaled
 
     # -- reload -----------------------------------------------------------------
 

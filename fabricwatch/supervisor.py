@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import math
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import structlog
 
+from fabricwatch.clock import Clock
 from fabricwatch.collector import Collector, CollectorSettings, StartupPolicy
 from fabricwatch.errors import CollectorError, SourceAbsentError
 from fabricwatch.readings import Reading
@@ -72,13 +72,14 @@ class Supervisor:
         self,
         store: SnapshotStore,
         *,
-        monotonic: Callable[[], float] = time.monotonic,
-        wall: Callable[[], float] = time.time,
+        clock: Clock | None = None,
         on_collect: Callable[[str], None] | None = None,
     ) -> None:
         self._store = store
-        self._monotonic = monotonic
-        self._wall = wall
+        clock = clock or Clock()
+        self._monotonic = clock.monotonic
+        self._wall = clock.wall
+        self._sleep = clock.sleep
         self._on_collect = on_collect
         self._entries: list[tuple[Collector, CollectorSettings]] = []
         self._states: dict[str, CollectorState] = {}
@@ -175,14 +176,14 @@ class Supervisor:
         while True:
             if not started:
                 state.first_attempt_done = True
-                await asyncio.sleep(backoff_delay(settings.interval, state.consecutive_failures))
+                await self._sleep(backoff_delay(settings.interval, state.consecutive_failures))
                 started = await self._try_start(collector, settings)
                 if not started:
                     continue
                 next_at = self._monotonic()
             delay = next_at - self._monotonic()
             if delay > 0:
-                await asyncio.sleep(delay)
+                await self._sleep(delay)
             await self._collect_once(collector, settings, state)
             # Schedule from the planned time, not from "now", so a slow cycle
             # does not drift the grid; skip missed slots instead of bursting.

@@ -5,6 +5,7 @@ from __future__ import annotations
 import tomllib
 from pathlib import Path
 
+from fabricwatch.clock import Clock
 from fabricwatch.collectors import builtin_registry
 from fabricwatch.config import load_config, parse_config
 from fabricwatch.daemon import Daemon
@@ -34,7 +35,11 @@ def test_watchdog_withheld_when_ticks_stop() -> None:
     now = [100.0]
     notifier = Notifier({"NOTIFY_SOCKET": "", "WATCHDOG_USEC": "2000000"})
     d = Daemon(
-        parse_config({}, {}), {}, config_path=None, notifier=notifier, monotonic=lambda: now[0]
+        parse_config({}, {}),
+        {},
+        config_path=None,
+        notifier=notifier,
+        clock=Clock(monotonic=lambda: now[0]),
     )
     d._heartbeat = 100.0
     assert d.pipeline_alive()
