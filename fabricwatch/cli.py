@@ -51,8 +51,8 @@ _EXTERNAL: tuple[_External, ...] = (
     ),
     _External(
         "incidents",
-        "fabricwatch.engine.cli_incidents",
-        "list the incidents recorded in the state directory",
+        "fabricwatch.incidents_cli",
+        "list the incidents recorded in the state directory (--deliveries: the alert outbox)",
     ),
     _External(
         "replay",

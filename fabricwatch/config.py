@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 from fabricwatch.collector import CollectorSettings, Registry
 from fabricwatch.engine.settings import EngineSettings
+from fabricwatch.outputs.settings import AlertingSettings, MqttSettings
 from fabricwatch.errors import ConfigError
 from fabricwatch.settings import build, option
 
@@ -117,6 +118,8 @@ class Config:
     log: LogSettings = field(default_factory=LogSettings)
     store: StoreSettings = field(default_factory=StoreSettings)
     engine: EngineSettings = field(default_factory=EngineSettings)
+    alerting: AlertingSettings = field(default_factory=AlertingSettings)
+    mqtt: MqttSettings = field(default_factory=MqttSettings)
     collectors: dict[str, CollectorSettings] = field(default_factory=dict)
     source: str | None = None
 
@@ -127,6 +130,8 @@ _SECTIONS: dict[str, type[Any]] = {
     "log": LogSettings,
     "store": StoreSettings,
     "engine": EngineSettings,
+    "alerting": AlertingSettings,
+    "mqtt": MqttSettings,
 }
 
 

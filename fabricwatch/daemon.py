@@ -28,6 +28,7 @@ from fabricwatch.engine.db import IncidentDB
 from fabricwatch.engine.incidents import IncidentTransition, to_json
 from fabricwatch.errors import ConfigError, FabricwatchError
 from fabricwatch.logs import configure_logging
+from fabricwatch.outputs.alerting import AlertingService
 from fabricwatch.outputs.exposition import ReloadStatus, build_registry
 from fabricwatch.outputs.web import Route, WebServer
 from fabricwatch.sdnotify import Notifier
@@ -124,6 +125,7 @@ class Daemon:
         self.env: CollectorEnv | None = None
         self.db: IncidentDB | None = None
         self.engine: Engine | None = None
+        self.alerting: AlertingService | None = None
 
     # -- construction -------------------------------------------------------
 
@@ -164,6 +166,19 @@ class Daemon:
         except FabricwatchError as exc:
             log.error("state_db_unusable", error=str(exc))
             return EXIT_STARTUP
+        try:
+            # Before the engine records anything: its transition hook puts every
+            # delivery in the outbox in the same transaction as the incident.
+            self.alerting = AlertingService(
+                cfg.alerting, cfg.mqtt, self.db, node=self.env.node,
+                cluster=cfg.daemon.cluster, summary=self._summary, clock=self._wall,
+                monotonic=self._monotonic,
+            )
+        except FabricwatchError as exc:
+            log.error("alerting_unusable", error=str(exc))
+            self.db.close()
+            return EXIT_CONFIG if isinstance(exc, ConfigError) else EXIT_STARTUP
+        self.store.register("alerting", self.alerting.metrics())
         if cfg.engine.enabled:
             self.engine = Engine(cfg.engine, self.store, self.env.node, self.db)
             self.store.register("engine", self.engine.metrics())
@@ -193,6 +208,7 @@ class Daemon:
         loop.add_signal_handler(signal.SIGINT, self.request_stop)
         loop.add_signal_handler(signal.SIGHUP, lambda: asyncio.ensure_future(self.reload()))
         try:
+            await self.alerting.start()
             try:
                 await self.supervisor.start()
             except StartupFailedError as exc:
@@ -243,6 +259,12 @@ class Daemon:
             await asyncio.wait_for(self.supervisor.stop(), timeout=timeout)
         except TimeoutError:
             log.error("shutdown_timeout", component="collectors", timeout=timeout)
+        if self.alerting is not None:
+            # Pending deliveries stay in the outbox for the next start.
+            try:
+                await asyncio.wait_for(self.alerting.close(), timeout=timeout)
+            except TimeoutError:
+                log.error("shutdown_timeout", component="alerting", timeout=timeout)
         if self._web is not None:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._web.stop(), timeout=timeout)
@@ -260,6 +282,8 @@ class Daemon:
             self.store.expire(now)
             if self.engine is not None:
                 self._engine_tick(self.engine, now)
+            if self.alerting is not None:
+                self.store.ingest("alerting", await self.alerting.collect(), now)
             self._heartbeat = now
             next_at += tick
             await self._sleep(max(0.0, next_at - self._monotonic()))
@@ -288,6 +312,15 @@ class Daemon:
             confidence=doc["confidence"],
             summary=doc["summary"],
         )
+
+    def _summary(self) -> dict[str, object]:
+        """The periodic MQTT metrics summary (QoS 0): small and cheap."""
+        stalled = [s.labels[0] for s in self.store.family("fabricwatch_gpu_stalled") if s.value]
+        return {
+            "collectors_up": {s.name: s.up for s in self.supervisor.states},
+            "open_incidents": len(self.engine.open_incidents()) if self.engine else 0,
+            "stalled_gpus": stalled,
+        }
 
     async def _api_incidents(self, request: web.Request) -> web.Response:
         """``GET /api/v1/incidents?since=24h&state=open&limit=100``."""

@@ -150,15 +150,13 @@ class Engine:
         out: list[Reading] = []
         ep = self._stall
         cause = ep.live.incident.cause if ep is not None and ep.live is not None else None
+        # Every (gpu, cause) pair gets a value each tick, so when a stall ends
+        # or its cause is revised the old series reads 0 at once instead of
+        # lingering at 1 until the store drops it as stale.
         for gpu, st in sorted(self.detector.gpus.items()):
-            stalled = cause is not None and st.stalled
-            out.append(
-                Reading(
-                    GPU_STALLED.name,
-                    (gpu, cause if stalled and cause else "none"),
-                    1.0 if stalled else 0.0,
-                )
-            )
+            active = cause if cause is not None and st.stalled else None
+            for c in CAUSES:
+                out.append(Reading(GPU_STALLED.name, (gpu, c), 1.0 if c == active else 0.0))
         price = self.settings.cost_per_gpu_hour
         for c in CAUSES:
             out.append(Reading(INCIDENTS_OPENED.name, (c,), self._opened[c]))

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from fabricwatch.engine import Engine, EngineSettings, IncidentDB
+from fabricwatch.engine.evidence import CAUSES
 from fabricwatch.engine.scenarios import Injection, Scenario, new_store, run_live
 from fabricwatch.errors import ConfigError
 from fabricwatch.readings import MetricKind
@@ -59,7 +60,12 @@ def test_metrics_and_cost_through_a_store() -> None:
     assert secs is not None and 8 * 55 <= secs.value <= 8 * 62
     assert cost is not None and cost.value == pytest.approx(secs.value * 3.6 / 3600)
     assert store.get("fabricwatch_incidents_opened", ("link_down",)).value == 0.0  # type: ignore[union-attr]
-    assert all(r.labels[1] == "none" for r in engine.readings() if r.name.endswith("stalled"))
+    # After the stall every (gpu, cause) series reads 0: nothing lingers at 1.
+    stalled = [r for r in engine.readings() if r.name.endswith("stalled")]
+    assert {r.labels[1] for r in stalled} == set(CAUSES)
+    assert all(r.value == 0.0 for r in stalled)
+    flag = store.get("fabricwatch_gpu_stalled", ("0", "pfc_storm"))
+    assert flag is not None and flag.value == 0.0
 
 
 def test_no_cost_metric_without_price() -> None:

@@ -1,0 +1,33 @@
+"""``fabricwatch incidents``: incidents, or with ``--deliveries`` the alert outbox.
+
+One command over the state directory's database; the listing itself lives
+with the feature that owns the table (engine for incidents, outputs for the
+outbox).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from fabricwatch.engine import cli_incidents
+from fabricwatch.outputs import cli_deliveries
+
+
+def configure_parser(parser: argparse.ArgumentParser) -> None:
+    """Incident options, the delivery options, and the ``--deliveries`` switch."""
+    cli_incidents.configure_parser(parser)
+    parser.add_argument(
+        "--deliveries",
+        action="store_true",
+        help="list alert deliveries (pending, delivered, dead-lettered) instead of incidents",
+    )
+    cli_deliveries.configure_parser(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Dispatch to the incident or the delivery listing."""
+    if args.deliveries:
+        if args.limit is None:
+            args.limit = 50
+        return cli_deliveries.run(args)
+    return cli_incidents.run(args)
