@@ -9,6 +9,7 @@ Adding a collector is adding a module that defines a ``FACTORY``
 from __future__ import annotations
 
 from fabricwatch.collector import CollectorFactory, Registry
+from fabricwatch.collectors.gnmi import FACTORY as GNMI
 from fabricwatch.collectors.gpu import FACTORY as GPU
 from fabricwatch.collectors.nic import FACTORY as NIC
 from fabricwatch.collectors.storage import FACTORY as STORAGE
@@ -17,5 +18,5 @@ from fabricwatch.collectors.switch import FACTORY as SWITCH
 
 def builtin_registry() -> Registry:
     """A fresh name -> factory mapping of every built-in collector."""
-    factories: list[CollectorFactory[object]] = [GPU, NIC, STORAGE, SWITCH]  # type: ignore[type-var,list-item]
+    factories: list[CollectorFactory[object]] = [GPU, NIC, STORAGE, SWITCH, GNMI]  # type: ignore[type-var,list-item]
     return {f.name: f for f in factories}

@@ -71,6 +71,13 @@ SPEED = MetricSpec(
 QUEUE_DROPS = MetricSpec(
     "fabricwatch_switch_queue_dropped_packets", C, "Packets dropped per egress queue.", SPQ
 )
+ECN_MARKED = MetricSpec(
+    "fabricwatch_switch_ecn_marked_packets",
+    C,
+    "ECN-marked packets per egress queue (gNMI queue counters; Cisco CBQoS RED class stats, "
+    "where the queue label is the class-map name).",
+    SPQ,
+)
 UPLINK_INFO = MetricSpec(
     "fabricwatch_switch_uplink_info",
     G,
@@ -133,6 +140,7 @@ ALL = (
     UTILIZATION,
     SPEED,
     QUEUE_DROPS,
+    ECN_MARKED,
     UPLINK_INFO,
     SWITCH_INFO,
     TARGET_UP,
