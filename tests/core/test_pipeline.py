@@ -1,0 +1,141 @@
+"""The whole node pipeline in one process: collector -> store -> engine -> SQLite ->
+outbox -> signed webhook, and /api/v1/incidents, on a faster-than-real clock."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+from standardwebhooks import Webhook
+
+from fabricwatch.clock import scaled_clock
+from fabricwatch.collector import CollectorEnv, CollectorFactory, CollectorSettings
+from fabricwatch.config import parse_config
+from fabricwatch.daemon import EXIT_OK, Daemon
+from fabricwatch.engine import signals
+from fabricwatch.engine.scenarios import Injection, Scenario
+from fabricwatch.readings import MetricSpec, Reading
+
+SECRET = "whsec_" + base64.b64encode(b"0123456789abcdef0123").decode()
+
+
+class ScenarioCollector:
+    """Serves one simulated second of a scenario per collection, as a real collector would."""
+
+    name = "sim"
+
+    def __init__(self, scenario: Scenario) -> None:
+        self._steps: Iterator[tuple[float, list[tuple[str, list[Reading]]]]] = scenario.steps()
+
+    def metrics(self) -> Sequence[MetricSpec]:
+        return list(signals.SIGNAL_SPECS.values())
+
+    async def start(self) -> None:
+        return None
+
+    async def collect(self) -> Sequence[Reading]:
+        step = next(self._steps, None)
+        if step is None:
+            return []
+        # Live readings carry no timestamp: the pipeline stamps them on arrival.
+        return [r._replace(ts=None) for _, batch in step[1] for r in batch]
+
+    async def close(self) -> None:
+        return None
+
+
+async def test_pfc_storm_is_detected_persisted_served_and_paged(tmp_path: Path) -> None:
+    scenario = Scenario(
+        duration=240,
+        injections=[Injection("pfc_storm", start=120.0, duration=60.0, magnitude=0.9)],
+        missing=0.0,
+    )
+
+    def create(_s: CollectorSettings, _e: CollectorEnv) -> ScenarioCollector:
+        return ScenarioCollector(scenario)
+
+    registry: dict[str, CollectorFactory[Any]] = {
+        "sim": CollectorFactory("sim", CollectorSettings, create, "scenario replayer")
+    }
+    pages: list[dict[str, Any]] = []
+    verifier = Webhook(SECRET)
+
+    async def receive(request: web.Request) -> web.Response:
+        body = await request.read()
+        verifier.verify(body, dict(request.headers))  # raises if the signature is wrong
+        pages.append(json.loads(body))
+        return web.Response(text="ok")
+
+    app = web.Application()
+    app.router.add_post("/hook", receive)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    (tmp_path / "secret").write_text(SECRET)
+    cfg = parse_config(
+        {
+            "daemon": {"state_dir": str(tmp_path / "state"), "node": "node1", "tick": 1.0},
+            "web": {"listen": "127.0.0.1:0"},
+            "collectors": {"sim": {"interval": 1.0}},
+            "alerting": {
+                "backoff_initial": 0.1,
+                "sinks": [
+                    {
+                        "name": "hook",
+                        "type": "webhook",
+                        "url": f"http://127.0.0.1:{port}/hook",
+                        "secret_file": str(tmp_path / "secret"),
+                        "min_severity": "info",
+                    }
+                ],
+            },
+        },
+        registry,
+    )
+    daemon = Daemon(cfg, registry, config_path=None, clock=scaled_clock(25.0))
+    task = asyncio.create_task(daemon.run())
+    try:
+        # 240 simulated seconds at 25x is ~10 s; allow generous slack on a loaded box.
+        for _ in range(600):
+            if any(_transition(p) == "resolved" for p in pages) or task.done():
+                break
+            await asyncio.sleep(0.1)
+        assert daemon._web is not None
+        url = f"http://127.0.0.1:{daemon._web.port}/api/v1/incidents"
+        async with aiohttp.ClientSession() as s, s.get(url) as r:
+            api = await r.json()
+    finally:
+        daemon.request_stop()
+        rc = await asyncio.wait_for(task, timeout=30)
+        await runner.cleanup()
+    assert rc == EXIT_OK
+    assert [_transition(p) for p in pages][:1] == ["opened"], pages
+    assert "resolved" in [_transition(p) for p in pages]
+    incident = _incident(pages[0])
+    assert incident["cause"] == "pfc_storm"
+    assert incident["culprit"]["key"] == "switch:leaf1:swp12:3"
+    assert incident["schema"] == "fabricwatch.incident/v1"
+    keys = {i["key"] for i in api["incidents"]}
+    assert incident["key"] in keys
+    served = next(i for i in api["incidents"] if i["key"] == incident["key"])
+    assert served["state"] == "resolved"
+    assert served["gpu_seconds_lost"] > 0
+
+
+def _transition(page: dict[str, Any]) -> str:
+    # Standard Webhooks body: {"type": "incident.<transition>", "timestamp", "data"}.
+    return str(page["type"]).removeprefix("incident.")
+
+
+def _incident(page: dict[str, Any]) -> dict[str, Any]:
+    data = page["data"]
+    assert isinstance(data, dict)
+    return data
