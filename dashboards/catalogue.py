@@ -163,6 +163,9 @@ def declared_specs(state_dir: Path | None = None) -> dict[str, Sequence[MetricSp
                 msg = f"collector {name!r} cannot be built with default settings: {exc!r}"
                 raise CatalogueError(msg) from exc
     out[ENGINE] = engine_specs()
+    from fabricwatch.outputs.alerting import METRICS as ALERTING_METRICS
+
+    out["alerting"] = ALERTING_METRICS
     return out
 
 
@@ -272,3 +275,35 @@ def build_catalogue(rules_file: Path | None = None) -> Catalogue:
         raise CatalogueError(msg)
     rules = recording_rule_names(rules_file) if rules_file is not None else frozenset()
     return Catalogue(families, rules, text)
+
+
+def markdown(cat: Catalogue) -> str:
+    """The catalogue as the Markdown table of ``docs/metrics.md``."""
+    rows: list[tuple[str, str, str, str, str]] = []
+    for fam in text_string_to_metric_families(cat.exposition):
+        if fam.name.startswith(("process_", "python_")):
+            continue
+        known = cat.families[fam.name]
+        name = f"{fam.name}_total" if fam.type == "counter" else fam.name
+        labels = ", ".join(known.labels)
+        help_text = fam.documentation.replace("|", "\\|")
+        rows.append((known.owner, name, fam.type, labels, help_text))
+    lines = [
+        "# Metric catalogue",
+        "",
+        "Every family the daemon exports, taken from a real scrape of the exporter",
+        "(`dashboards/catalogue.py`); regenerate with",
+        "`python -m dashboards.catalogue > docs/metrics.md` (a test keeps it current).",
+        "Plus the standard `process_*` families.",
+        "",
+        "| source | metric | type | labels | help |",
+        "|---|---|---|---|---|",
+    ]
+    lines += [f"| {o} | `{n}` | {t} | {lb} | {h} |" for o, n, t, lb, h in sorted(rows)]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.stdout.write(markdown(build_catalogue()))
