@@ -297,6 +297,7 @@ class _Plan:
     # sonic: (db, table, port pattern, sub, request path text)
     sonic: tuple[str, str, str, str | None, str] | None = None
     due: float = 0.0
+    sent_at: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -368,13 +369,15 @@ class _Servicer(pb_grpc.gNMIServicer):  # type: ignore[misc]
             await context.abort(grpc.StatusCode.NOT_FOUND, f"unknown path: {exc}")
         srv.subscriptions += 1
         origin, target = sl.prefix.origin, sl.prefix.target
+        # Taken before the first yield: a change made while the initial data
+        # is in flight must still be streamed.
+        seen_version = sim.version
         for p in plans:
+            p.sent_at = sim.clock()
             for n in self._render(p, origin, target):
                 yield pb.SubscribeResponse(update=n)
         yield pb.SubscribeResponse(sync_response=True)
-        seen_version = sim.version
         tick = max(0.005, min((p.interval for p in plans if not p.on_change), default=0.05) / 4)
-        last_clock = sim.clock()
         while True:
             await asyncio.sleep(0 if sim.flood > 1 else tick)
             if sim.stalled:
@@ -382,16 +385,18 @@ class _Servicer(pb_grpc.gNMIServicer):  # type: ignore[misc]
             now_real = time.monotonic()
             changed = sim.version != seen_version
             seen_version = sim.version
-            clock_moved = sim.clock() != last_clock
-            last_clock = sim.clock()
+            now = sim.clock()
             for p in plans:
                 if p.on_change:
                     if not changed:
                         continue
-                elif now_real < p.due or not clock_moved:
+                # A sample per interval, and only when the scenario's clock moved
+                # (a manual test clock then gives exactly one sample per step).
+                elif now_real < p.due or now == p.sent_at:
                     continue
                 else:
                     p.due = now_real + p.interval
+                    p.sent_at = now
                 notes = self._render(p, origin, target)
                 for _ in range(sim.flood if not p.on_change else 1):
                     for n in notes:
