@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 from fabricwatch.collector import CollectorSettings, Registry
 from fabricwatch.engine.settings import EngineSettings
+from fabricwatch.fleet.settings import FleetSettings
 from fabricwatch.outputs.settings import AlertingSettings, MqttSettings
 from fabricwatch.errors import ConfigError
 from fabricwatch.settings import build, option
@@ -120,6 +121,7 @@ class Config:
     engine: EngineSettings = field(default_factory=EngineSettings)
     alerting: AlertingSettings = field(default_factory=AlertingSettings)
     mqtt: MqttSettings = field(default_factory=MqttSettings)
+    fleet: FleetSettings = field(default_factory=FleetSettings)
     collectors: dict[str, CollectorSettings] = field(default_factory=dict)
     source: str | None = None
 
@@ -132,6 +134,7 @@ _SECTIONS: dict[str, type[Any]] = {
     "engine": EngineSettings,
     "alerting": AlertingSettings,
     "mqtt": MqttSettings,
+    "fleet": FleetSettings,
 }
 
 
