@@ -186,7 +186,12 @@ class Demo:
             if not finished:
                 return DemoResult(EXIT_INTERRUPTED, message="interrupted")
             self._poll_incidents()
-            incidents = await self._api_incidents(port)
+            api = f"http://127.0.0.1:{port}/api/v1/incidents?limit=1000"
+            try:
+                incidents = await fetch_incidents(api)
+            except FabricwatchError as exc:
+                self._event(f"the incident API failed ({exc}); reading the incident database")
+                incidents = self.daemon.db.incidents() if self.daemon.db is not None else []
             pages = list(self.receiver.pages)
             verdicts, stray = judge(self.injected, incidents, pages, alerting=self.alerting)
             summary = report(
@@ -375,16 +380,6 @@ class Demo:
         st.write_latency = value(d.store, sig.ST_WRITE_LAT, (CKPT,))
         st.write_rate = value(d.store, sig.ST_WRITE_BYTES, (CKPT,))
 
-    async def _api_incidents(self, port: int) -> list[dict[str, Any]]:
-        """Every incident, read back through the daemon's HTTP API."""
-        url = f"http://127.0.0.1:{port}/api/v1/incidents?limit=1000"
-        timeout = aiohttp.ClientTimeout(total=10)
-        async with aiohttp.ClientSession(timeout=timeout) as s, s.get(url) as resp:
-            resp.raise_for_status()
-            body = await resp.json()
-        incidents: list[dict[str, Any]] = body["incidents"]
-        return incidents
-
     async def _teardown(self, daemon_task: asyncio.Task[int] | None) -> None:
         if daemon_task is not None:
             if self.daemon is not None and not daemon_task.done():
@@ -400,6 +395,41 @@ class Demo:
         if self.node is not None:
             self.node.close()
         self.reporter.close()
+
+
+async def fetch_incidents(url: str, wait: float = 10.0) -> list[dict[str, Any]]:
+    """Every incident from a daemon's ``/api/v1/incidents``; FabricwatchError on any failure."""
+    try:
+        async with (
+            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=wait)) as s,
+            s.get(url) as resp,
+        ):
+            if resp.status != 200:
+                msg = f"HTTP {resp.status} from {url}"
+                raise FabricwatchError(msg)
+            body = await resp.read()
+    except TimeoutError:
+        msg = f"no answer from {url} within {wait:g} s"
+        raise FabricwatchError(msg) from None
+    except aiohttp.ClientError as exc:
+        msg = f"{url}: {type(exc).__name__}: {exc}"
+        raise FabricwatchError(msg) from None
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        msg = f"{url} answered something that is not JSON ({len(body)} bytes)"
+        raise FabricwatchError(msg) from None
+    if not isinstance(doc, dict) or doc.get("schema") != "fabricwatch.incidents/v1":
+        msg = f"{url} answered JSON that is not a fabricwatch.incidents/v1 document"
+        raise FabricwatchError(msg)
+    incidents = doc.get("incidents")
+    if not isinstance(incidents, list):
+        msg = f"{url} answered JSON that is not a fabricwatch.incidents/v1 document"
+        raise FabricwatchError(msg)
+    if not all(isinstance(d, dict) and "key" in d for d in incidents):
+        msg = f"{url}: an incident without a key"
+        raise FabricwatchError(msg)
+    return incidents
 
 
 def _lost_share(work: Work, load: float) -> float:
