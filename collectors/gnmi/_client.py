@@ -88,6 +88,11 @@ def load_credentials(cfg: GnmiTargetSettings) -> Credentials:
         ("grpc.max_receive_message_length", 64 * 1024 * 1024),
         # We reconnect ourselves, with our own backoff and logging.
         ("grpc.enable_retries", 0),
+        # Without this, gRPC grows a stream's receive window on its own (BDP
+        # probing, to megabytes) and keeps buffering a target we stopped
+        # reading: the bounded queue would bound nothing. The default 64 KiB
+        # window is ample for telemetry on a data-centre network.
+        ("grpc.http2.bdp_probe", 0),
     ]
     creds: grpc.ChannelCredentials | None = None
     if not cfg.insecure:

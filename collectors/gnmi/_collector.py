@@ -240,21 +240,19 @@ class GnmiCollector:
     def _timestamp(self, t: _Target, stamp_ns: int, recv: float, gen: int) -> float:
         """Monotonic time of a sample from the target's timestamp (true sample spacing).
 
-        Anchored per connection to the receive time of its first notification;
-        re-anchored when the target's clock steps; never later than receipt.
+        The offset between the target's clock and ours is the smallest seen on
+        this connection (the least delayed notification), so a notification
+        that waited in a buffer keeps its own sample time; re-anchored when
+        the target's clock steps; never later than receipt.
         """
         if stamp_ns <= 0:
             return recv
         target_s = stamp_ns / 1e9
-        if gen != t.anchor_gen:
+        offset = recv - target_s
+        if gen != t.anchor_gen or offset < t.anchor or offset - t.anchor > self._max_skew:
             t.anchor_gen = gen
-            t.anchor = recv - target_s
-            t.last_ts = 0.0
-        ts = target_s + t.anchor
-        if abs(ts - recv) > self._max_skew:
-            t.anchor = recv - target_s
-            ts = recv
-        ts = min(ts, recv)
+            t.anchor = offset
+        ts = min(target_s + t.anchor, recv)
         t.last_ts = ts
         return ts
 

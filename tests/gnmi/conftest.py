@@ -149,12 +149,43 @@ class Harness:
         s = self.store.get(name, tuple(labels))
         return None if s is None or s.rate is None else s.rate.per_second
 
-    async def step(self, clock: ManualClock, seconds: float = 1.0) -> None:
-        """Advance virtual time and wait until the collector saw a sample of that instant."""
-        clock.advance(seconds)
+    async def step(self, clock: ManualClock, *keys: tuple[str, tuple[str, ...]]) -> None:
+        """Advance virtual time; wait until each series in ``keys`` has a sample of that
+        instant (each subscription streams on its own, so one arriving says nothing of
+        the others), or with no keys until any sample of that instant arrived."""
+        clock.advance(seconds := 1.0)
+        want = clock.now - 1e-6
+        del seconds
+        if not keys:
+            t = self.collector.target_state(self.collector_target)
+            await self.until(f"a sample at t={clock.now}", lambda: t.last_ts >= want)
+            return
+
+        def arrived() -> bool:
+            for name, labels in keys:
+                s = self.store.get(name, labels)
+                if s is None or s.updated < want:
+                    return False
+            return True
+
+        await self.until(f"samples at t={clock.now} of {keys}", arrived)
+
+    async def fresh(self, *keys: tuple[str, tuple[str, ...]]) -> None:
+        """Wait until each series has a sample from the current connection, at the current
+        virtual time (before stepping after a (re)subscription)."""
         t = self.collector.target_state(self.collector_target)
-        want = clock.now
-        await self.until(f"a sample at t={want}", lambda: t.last_ts >= want - 1e-6)
+        now = self.clock()
+
+        def ready() -> bool:
+            if t.stream is None or t.anchor_gen != t.stream.generation:
+                return False
+            for name, labels in keys:
+                s = self.store.get(name, labels)
+                if s is None or s.updated < now - 1e-6:
+                    return False
+            return True
+
+        await self.until(f"fresh samples of {keys}", ready)
 
     @property
     def collector_target(self) -> str:

@@ -18,6 +18,7 @@ pytestmark = pytest.mark.integration
 
 ECN = sw.ECN_MARKED.name
 PFC_RATIO = sw.PFC_PAUSE_RATIO.name
+PFC_S = sw.PFC_PAUSE_SECONDS.name
 
 
 def _mtls_target(pki: Pki, tmp_path: Path, **kw: object) -> GnmiTargetSettings:
@@ -53,8 +54,14 @@ async def test_openconfig_ecn_marks_per_second_over_mutual_tls(
         "resubscribed to the uplinks",
         lambda: t.subscribed_ports is not None and len(t.subscribed_ports) == 2,
     )
+    keys = (
+        (ECN, ("leaf1", "Ethernet1/1", "3")),
+        (ECN, ("leaf1", "Ethernet1/2", "5")),
+        (sw.RX_BYTES.name, ("leaf1", "Ethernet1/1")),
+    )
+    await h.fresh(*keys)
     for _ in range(3):
-        await h.step(clock)
+        await h.step(clock, *keys)
     assert h.rate(ECN, "leaf1", "Ethernet1/1", "3") == pytest.approx(12_000, rel=1e-3)
     assert h.rate(ECN, "leaf1", "Ethernet1/2", "5") == pytest.approx(700, rel=1e-2)
     assert h.rate(ECN, "leaf1", "Ethernet1/1", "0") == 0.0
@@ -86,8 +93,14 @@ async def test_sonic_pfc_pause_fraction_from_duration_counters(
     await h.until(
         "resubscribed to the uplinks", lambda: t.subscribed_ports == ["Ethernet0", "Ethernet4"]
     )
+    keys = (
+        (PFC_S, ("leaf1", "Ethernet0", "3", "rx")),
+        (PFC_S, ("leaf1", "Ethernet4", "4", "tx")),
+        (ECN, ("leaf1", "Ethernet4", "3")),
+    )
+    await h.fresh(*keys)
     for _ in range(3):
-        await h.step(clock)
+        await h.step(clock, *keys)
     assert t.profile is not None and t.profile.name == "sonic"
     assert h.series(PFC_RATIO, "leaf1", "Ethernet0", "3", "rx") == pytest.approx(0.8, rel=1e-3)
     assert h.series(PFC_RATIO, "leaf1", "Ethernet4", "4", "tx") == pytest.approx(0.25, rel=1e-3)
@@ -115,8 +128,10 @@ async def test_sonic_pause_fraction_from_frames_without_duration_counters(
     await h.until(
         "port speed", lambda: "Ethernet0" in t.ports and t.ports["Ethernet0"].speed_bps > 0
     )
+    key = (sw.PFC_PAUSE_FRAMES.name, ("leaf1", "Ethernet0", "3", "rx"))
+    await h.fresh(key)
     for _ in range(3):
-        await h.step(clock)
+        await h.step(clock, key)
     assert h.series(PFC_RATIO, "leaf1", "Ethernet0", "3", "rx") == pytest.approx(0.5, rel=1e-2)
     assert h.store.get(sw.PFC_PAUSE_SECONDS.name, ("leaf1", "Ethernet0", "3", "rx")) is None
 
@@ -140,7 +155,9 @@ async def test_switch_mode_streams_every_port_and_oper_status_on_change(
         "Ethernet1/5 up", lambda: h.series(sw.PORT_UP.name, "leaf1", "Ethernet1/5") == 1.0
     )
     assert h.collector.target_state("leaf1").ports["Ethernet1/5"].flaps == 2
-    await h.step(clock)  # the store needs time to move for a counter's next sample
+    await h.step(
+        clock, (sw.PORT_FLAPS.name, ("leaf1", "Ethernet1/5"))
+    )  # the store needs time to move for a counter's next sample
     assert h.series(sw.PORT_FLAPS.name, "leaf1", "Ethernet1/5") == 2.0
     assert h.series(sw.PORT_FLAPS.name, "leaf1", "Ethernet1/1") == 0.0
     assert h.collector.target_state("leaf1").uplinks is None  # no LLDP filtering in switch mode
@@ -155,10 +172,8 @@ async def test_static_uplinks_skip_lldp(make_harness: MakeHarness) -> None:
     )
     h = await make_harness(sim, target=target, clock=clock)
     t = h.collector.target_state("leaf1")
-    await h.until(
-        "a first sample", lambda: h.store.get(ECN, ("leaf1", "Ethernet1/4", "2")) is not None
-    )
-    await h.step(clock)
+    await h.fresh((ECN, ("leaf1", "Ethernet1/4", "2")))
+    await h.step(clock, (ECN, ("leaf1", "Ethernet1/4", "2")))
     assert h.rate(ECN, "leaf1", "Ethernet1/4", "2") == pytest.approx(1000, rel=1e-2)
     assert {s.labels[1] for s in h.store.family(ECN)} == {"Ethernet1/4"}
     assert t.stream is not None and t.stream.stats.connects == 1  # planned once, no resubscribe
@@ -191,12 +206,13 @@ async def test_ecn_surge_on_one_queue_drives_ecn_congestion_evidence(
     h = await make_harness(sim, clock=clock)
     t = h.collector.target_state("leaf1")
     await h.until("resubscribed", lambda: t.subscribed_ports == ["Ethernet0", "Ethernet4"])
+    await h.fresh((ECN, ("leaf1", "Ethernet0", "3")))
     for _ in range(40):  # quiet baseline
-        await h.step(clock)
+        await h.step(clock, (ECN, ("leaf1", "Ethernet0", "3")))
     onset = clock.now
     sim.ecn_surge("Ethernet0", 3, 40_000)
     for _ in range(5):
-        await h.step(clock)
+        await h.step(clock, (ECN, ("leaf1", "Ethernet0", "3")))
     ctx = ScoreContext(h.store, EngineSettings(), onset, clock.now)
     evidence = score_congestion(ctx)
     ecn = [e for e in evidence if e.family == ECN]
