@@ -117,6 +117,8 @@ class Grouper:
         self.announced: dict[tuple[str, str], dict[str, Any]] = {}
         self._done: dict[str, float] = {}
         self.clears: list[Clear] = []
+        self.adopted: list[dict[str, Any]] = []
+        """Announcements of peers this replica took over (drained by the service)."""
         self.clear_groups: list[tuple[str, str]] = []
 
     # -- ownership -------------------------------------------------------------
@@ -287,6 +289,8 @@ class Grouper:
         g.revision = int(doc.get("revision", 0))
         g.last_sent = now
         g.signature = tuple(doc.get("signature") or ())
+        g.doc = dict(doc)
+        self.adopted.append(g.doc)
 
     def _tick_pending(self, g: Group, now: float, out: list[GroupTransition]) -> None:
         s = self.settings
@@ -356,6 +360,7 @@ class Grouper:
         g.last_sent = now
         g.signature = self._signature(g, now)
         g.doc = self.render(g, now)
+        g.doc["transition"] = kind
         return GroupTransition(kind, now, g.cluster, g.topic_id, g.partition, g.doc)
 
     # -- rendering -------------------------------------------------------------

@@ -457,7 +457,10 @@ class FleetAggregator:
         if client is not None and self._ring_dirty and self._connected.is_set():
             await self._apply_ring(client)
         await self._maybe_start_sender()
-        for tr in self.grouper.tick(now):
+        transitions = self.grouper.tick(now)
+        while self.grouper.adopted:
+            self._adopt(self.grouper.adopted.pop(0), now)
+        for tr in transitions:
             self._record(tr)
         if client is not None and self._connected.is_set():
             await self._publish_pending(client)
@@ -491,6 +494,27 @@ class FleetAggregator:
         )
         if self.on_transition is not None:
             self.on_transition(tr)
+
+    def _adopt(self, doc: Mapping[str, Any], now: float) -> None:
+        """Take over a peer's open incident: record that its sinks were told (by the
+        peer), so this replica sends them the updates and the resolve, not the open."""
+        cluster = str(doc.get("cluster", ""))
+        router = self._router(cluster)
+        transition = str(doc.get("transition") or "opened")
+        peer = str(doc.get("owner", "?"))
+
+        def told(conn: sqlite3.Connection) -> None:
+            router.route(conn, transition, now, doc)
+            conn.execute(
+                "UPDATE outbox SET state = 'delivered', done_at = ?, last_error = ? "
+                "WHERE incident_key = ? AND state = 'pending' AND revision <= ?",
+                (now, f"delivered by peer replica {peer}", str(doc["key"]), int(doc["revision"])),
+            )
+
+        self.db.record("adopted", now, doc, told)
+        log.info(
+            "cluster_incident_adopted", incident=doc["key"], peer=peer, revision=doc["revision"]
+        )
 
     async def _publish_pending(self, client: aiomqtt.Client) -> None:
         t = self.topics
