@@ -196,7 +196,7 @@ def test_settings_are_strict() -> None:
         prefix="collectors.gnmi",
     )
     assert ok.targets[0].port == 9339 and not ok.targets[0].insecure
-    bad = [
+    bad: list[tuple[dict[str, object], str]] = [
         ({"targets": [{"name": "a", "host": "h", "tls": {"ca_fil": "x"}}]}, "ca_fil"),
         (
             {"targets": [{"name": "a", "host": "h", "insecure": True, "tls": {"ca_file": "x"}}]},
