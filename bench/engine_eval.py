@@ -141,6 +141,20 @@ def _run(sc: Scenario) -> tuple[list[TruthIncident], list[Found], float, int]:
     return truth, found, cpu, sc.duration
 
 
+def describe_alarm(sc: Scenario, f: Found) -> str:
+    """One background alarm and the confounders around it (to find its cause)."""
+    at = f.onset - sc.start_ts
+    near = [
+        f"{i.what}@{i.start:.0f}+{i.duration:.0f}s(m={i.magnitude:.2f})"
+        for i in sc.normalized()
+        if i.start - 60 <= at <= i.start + i.duration + 60
+    ]
+    return (
+        f"  seed {sc.seed} t={at:.0f} s: {f.cause} for {f.end - f.onset:.1f} s; "
+        f"near: {', '.join(near) or 'nothing injected'}"
+    )
+
+
 def pct(values: list[float], q: float) -> float:
     if not values:
         return math.nan
@@ -264,6 +278,11 @@ def main() -> None:
     for name, value, target in rows:
         print(f"{name:45} {value:8.3f}   target {target}")
     print(f"{'false alarms in fault timelines (unmatched)':45} {fp_fault:8d}")
+    if bg_alarms:
+        print("\nbackground alarms:")
+        for sc, (_, found, _, _) in zip(bg_scs, bg_res, strict=True):
+            for f in found:
+                print(describe_alarm(sc, f))
     print(
         f"\nbackground: {bg_alarms} alarm(s) in {bg_days:.1f} node-days; "
         f"the issue asks for >= 100 node-days: run with --background-node-days 100 "

@@ -65,6 +65,13 @@ class _Episode:
     kind: str
     onset: float
     last_bad: float
+    # Start of the current unbroken run: a tick with too few bad GPUs breaks
+    # it (the episode itself survives until ``end_after``, for the evidence
+    # onset and GPU-seconds), and a stall without strong evidence must be one
+    # unbroken run of ``min_duration`` (straggler waits next to an evaluation
+    # dip add up to 10 s of idleness, never to 10 s in one piece).
+    run_onset: float = 0.0
+    broken_at: float | None = None
     gpus: set[str] = field(default_factory=set)
     gpu_seconds: float = 0.0
     live: _Live | None = None
@@ -207,10 +214,16 @@ class Engine:
                     inc = ep.live.incident
                     ep.live.incident = replace(inc, ended_at=self._wall(ep.last_bad))
                 return None
+            if ep is not None and ep.broken_at is None:
+                ep.broken_at = now
             return ep
         if ep is None:
             onset = min(g.idle_since if kind == "stall" else g.slow_since for g in bad)
-            ep = _Episode(kind, onset, now)
+            ep = _Episode(kind, onset, now, run_onset=onset)
+        elif ep.broken_at is not None:
+            since = min(g.idle_since if kind == "stall" else g.slow_since for g in bad)
+            ep.run_onset = max(since, ep.broken_at)
+            ep.broken_at = None
         grew = not {g.gpu for g in bad} <= ep.gpus
         ep.gpus.update(g.gpu for g in bad)
         ep.last_bad = now
@@ -225,7 +238,8 @@ class Engine:
                     return ep
                 attr, missing = self._score(ep, now)
                 strong = attr.cause != "unknown" and attr.score >= s.strong_evidence
-                if duration >= s.min_duration or strong:
+                run = max(g.last_sample for g in bad) - ep.run_onset
+                if run >= s.min_duration or strong:
                     self._open(ep, attr, missing, bad, now=now, out=out)
             elif duration >= s.min_duration and now >= ep.next_score:
                 # Slowdowns without evidence are not incidents (evaluation

@@ -27,6 +27,7 @@ import re
 import urllib.error
 import urllib.parse
 import urllib.request
+from bisect import bisect_right
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from operator import itemgetter
@@ -383,22 +384,67 @@ def _number(text: str) -> float:
     return float(text)
 
 
-def parse_openmetrics(lines: Iterable[str], mapper: Mapper, *, source: str = "<input>") -> None:
+def parse_openmetrics(
+    lines: Iterable[str], mapper: Mapper, *, source: str = "<input>", fast: bool = True
+) -> None:
     """Parse OpenMetrics text with timestamps into ``mapper``.
+
+    Most lines take a fast path: a series already validated by the strict
+    parser is recognised by its exact text (``name{labels}``), and the value
+    and timestamp are the last two space-separated fields. Anything else
+    (comments, new series, exemplars, odd spacing, bad numbers, time going
+    back) goes through the strict parser, so both accept exactly the same
+    input and errors always come from the strict one.
+
+    Args:
+        fast: use the fast path (False: every line through the strict
+            parser; same result, for tests and comparisons).
 
     Raises:
         ParseError: with ``source`` and the 1-based line number, for a
             malformed line, a sample without timestamp, a series going back in
             time, or content after ``# EOF``.
     """
-    cache: dict[tuple[str, str], Target | None] = {}
-    last_ts: dict[tuple[str, str], float] = {}
+    # series text -> [target, last timestamp]; shared by both paths.
+    known: dict[str, list[Any]] = {}
+    slow_only = not fast
     eof = False
     match = _LINE.match
     add = mapper.add
+    out = mapper.out
+    isfinite = math.isfinite
+    n_fast = 0
+    prev_series = ""
+    entry: list[Any] | None = None
     lineno = 0
     for lineno, raw in enumerate(lines, 1):
         line = raw.rstrip("\r\n")
+        if not eof and not slow_only:
+            head, _, ts_text = line.rpartition(" ")
+            series, _, value_text = head.rpartition(" ")
+            if series != prev_series:
+                entry = known.get(series)
+                prev_series = series
+            if entry is not None and value_text.isprintable() and ts_text.isprintable():
+                try:
+                    value = float(value_text)
+                    ts = float(ts_text)
+                except ValueError:
+                    pass
+                else:
+                    if ts > 1e11:
+                        ts /= 1000.0
+                    if ts >= entry[1] and ts != math.inf:
+                        entry[1] = ts
+                        target = entry[0]
+                        if target is not None and target.transform == "copy":
+                            n_fast += 1
+                            if isfinite(value):
+                                out.append((ts, target.family, target.labels, value * target.scale))
+                        else:
+                            add(target, entry[2], ts, value)
+                        continue
+        # The strict path.
         if eof:
             if line.strip():
                 raise ParseError("content after '# EOF'", source=source, line=lineno)
@@ -432,24 +478,24 @@ def parse_openmetrics(lines: Iterable[str], mapper: Mapper, *, source: str = "<i
             raise ParseError("timestamp is not finite", source=source, line=lineno)
         if ts > 1e11:
             ts /= 1000.0  # Prometheus text format: milliseconds
-        key = (name, block or "")
-        try:
-            target = cache[key]
-        except KeyError:
+        key = name + (block or "")
+        st = known.get(key)
+        if st is None:
             try:
                 labels = parse_labels(block[1:-1]) if block else {}
             except ValueError as exc:
                 raise ParseError(str(exc), source=source, line=lineno) from None
-            target = cache[key] = map_series(name, labels)
-        prev = last_ts.get(key)
-        if prev is not None and ts < prev:
+            st = known[key] = [map_series(name, labels), -math.inf, name]
+            prev_series = ""  # the fast path's memo may hold a miss for this text
+        if ts < st[1]:
             raise ParseError(
-                f"timestamp of {name} goes back in time ({ts} < {prev})",
+                f"timestamp of {name} goes back in time ({ts} < {st[1]})",
                 source=source,
                 line=lineno,
             )
-        last_ts[key] = ts
-        add(target, name, ts, value)
+        st[1] = ts
+        add(st[0], name, ts, value)
+    mapper.samples += n_fast
     if lineno == 0:
         raise ParseError("empty input", source=source)
 
@@ -654,14 +700,12 @@ def run_replay(
     n = len(samples)
     last_expire = -math.inf
     ingest = store.ingest
+    times = [sm[0] for sm in samples]
     while i < n or t <= last + tick:
-        j = i
-        while j < n and samples[j][0] <= t:
-            j += 1
+        j = bisect_right(times, t, i)
         if j > i:
-            batch = [
-                Reading(name, labels, value, ts=ts) for ts, name, labels, value in samples[i:j]
-            ]
+            # One batch per tick, as the daemon ingests one collection at a time.
+            batch = [Reading(name, labels, value, ts) for ts, name, labels, value in samples[i:j]]
             res = ingest("replay", batch, now=t)
             result.readings += res.accepted
             result.rejected += res.rejected

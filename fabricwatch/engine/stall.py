@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Iterable
 from dataclasses import dataclass, field
+from operator import is_
 
 from fabricwatch.engine import signals as sig
 from fabricwatch.engine.settings import EngineSettings
-from fabricwatch.engine.signals import fresh
-from fabricwatch.store import SnapshotStore
+from fabricwatch.store import Series, SnapshotStore
 
 _SMOOTH = 3
 
@@ -60,49 +59,93 @@ class GpuState:
         return max(0.0, min(1.0, 1.0 - smooth / self.baseline))
 
 
+_GPU_FAMILIES = (
+    sig.GPU_SM,
+    sig.GPU_POWER,
+    sig.GPU_UTIL,
+    sig.GPU_PROCS,
+    sig.GPU_MEM,
+    sig.GPU_HEALTHY,
+    sig.GPU_POWER_LIMIT,
+)
+# Order of the per-GPU series handles in StallDetector._handles.
+_PROCS, _MEM, _HEALTHY, _SM, _POWER, _UTIL, _LIMIT = range(7)
+_Handles = tuple[Series | None, ...]
+
+
 class StallDetector:
-    """Classifies every GPU on each tick from the snapshot store."""
+    """Classifies every GPU on each tick from the snapshot store.
+
+    The series it reads each tick are looked up once and reused for as long
+    as the store holds exactly the same series objects of the GPU families
+    (checked by identity each tick, which is cheap), so a tick costs a few
+    attribute reads per GPU rather than a dictionary walk per family.
+    """
 
     def __init__(self, settings: EngineSettings) -> None:
         self._s = settings
         self.gpus: dict[str, GpuState] = {}
+        self._seen: tuple[Series, ...] = ()
+        self._order: list[tuple[GpuState, _Handles]] = []
 
-    def _discover(self, store: SnapshotStore) -> Iterable[str]:
+    def _refresh(self, store: SnapshotStore) -> None:
+        """(Re)build the GPU list and series handles when the families changed."""
+        current: list[Series] = []
+        for fam in _GPU_FAMILIES:
+            current.extend(store.family(fam))
+        seen = self._seen
+        if len(current) == len(seen) and all(map(is_, current, seen)):
+            return
+        self._seen = tuple(current)
         names: set[str] = set()
         for fam in (sig.GPU_SM, sig.GPU_POWER, sig.GPU_UTIL, sig.GPU_PROCS):
-            for s in store.family(fam):
-                names.add(s.labels[0])
-        return sorted(names, key=lambda g: (len(g), g))
+            for series in store.family(fam):
+                names.add(series.labels[0])
+        order: list[tuple[GpuState, _Handles]] = []
+        for gpu in sorted(names, key=lambda g: (len(g), g)):
+            st = self.gpus.get(gpu)
+            if st is None:
+                st = self.gpus[gpu] = GpuState(gpu)
+            key = (gpu,)
+            handles = (
+                store.get(sig.GPU_PROCS, key),
+                store.get(sig.GPU_MEM, key),
+                store.get(sig.GPU_HEALTHY, key),
+                store.get(sig.GPU_SM, key),
+                store.get(sig.GPU_POWER, key),
+                store.get(sig.GPU_UTIL, key),
+                store.get(sig.GPU_POWER_LIMIT, key),
+            )
+            order.append((st, handles))
+        self._order = order
 
     def _jobs(self, store: SnapshotStore, now: float) -> dict[str, str]:
         jobs: dict[str, str] = {}
+        age = self._s.sample_max_age * 10
         for s in store.family(sig.GPU_JOB):
-            if fresh(s, now, self._s.sample_max_age * 10) and s.value > 0:
+            if now - s.updated <= age and s.value > 0:
                 jobs[s.labels[0]] = s.labels[1]
         return jobs
 
     def observe(self, store: SnapshotStore, now: float, dt: float) -> None:
         """Update every GPU's state from the store's current values."""
         s = self._s
+        self._refresh(store)
         age = s.sample_max_age
         jobs = self._jobs(store, now)
-        for gpu in self._discover(store):
-            st = self.gpus.get(gpu)
-            if st is None:
-                st = self.gpus[gpu] = GpuState(gpu)
-            key = (gpu,)
-            procs = store.get(sig.GPU_PROCS, key)
-            mem = store.get(sig.GPU_MEM, key)
-            if procs is not None and fresh(procs, now, age):
+        for st, h in self._order:
+            procs = h[_PROCS]
+            mem = h[_MEM]
+            if procs is not None and now - procs.updated <= age:
                 in_job = procs.value > 0
-            elif mem is not None and fresh(mem, now, age):
+            elif mem is not None and now - mem.updated <= age:
                 in_job = mem.value > s.job_memory_bytes
             elif procs is not None and now - procs.updated <= s.activity_window:
                 # Gate data briefly missing: keep what we knew.
                 in_job = st.in_job
             else:
                 in_job = now - st.last_active <= s.activity_window
-            job = jobs.get(gpu, st.job if in_job else "")
+            job = jobs.get(st.gpu, st.job if in_job else "")
             if not in_job or job != st.job:
                 st.armed = False
                 st.active_for = 0.0
@@ -110,7 +153,7 @@ class StallDetector:
                 st.slow = False
             st.in_job = in_job
             st.job = job
-            self._work(store, st, now)
+            self._work(h, st, now)
             if st.work is None:
                 continue
             if not st.idle:
@@ -121,23 +164,22 @@ class StallDetector:
                         st.armed = True
             self._slow(st)
 
-    def _work(self, store: SnapshotStore, st: GpuState, now: float) -> None:
+    def _work(self, h: _Handles, st: GpuState, now: float) -> None:
         s = self._s
         age = s.sample_max_age
-        key = (st.gpu,)
-        healthy = store.get(sig.GPU_HEALTHY, key)
-        sm = store.get(sig.GPU_SM, key)
-        power = store.get(sig.GPU_POWER, key)
-        util = store.get(sig.GPU_UTIL, key)
+        healthy = h[_HEALTHY]
+        sm = h[_SM]
+        power = h[_POWER]
+        util = h[_UTIL]
         work: float
         threshold: float
         ts: float
-        if healthy is not None and fresh(healthy, now, age) and healthy.value < 0.5:
+        if healthy is not None and now - healthy.updated <= age and healthy.value < 0.5:
             work, threshold, ts, signal = 0.0, 1.0, healthy.updated, "healthy"
-        elif sm is not None and fresh(sm, now, age):
+        elif sm is not None and now - sm.updated <= age:
             work, threshold, ts, signal = sm.value, s.idle_sm_ratio, sm.updated, "sm_active"
-        elif power is not None and fresh(power, now, age):
-            limit = store.get(sig.GPU_POWER_LIMIT, key)
+        elif power is not None and now - power.updated <= age:
+            limit = h[_LIMIT]
             st.peak_power = max(st.peak_power, power.value)
             ref = limit.value if limit is not None and limit.value > 0 else st.peak_power
             if ref <= 0:
@@ -145,7 +187,7 @@ class StallDetector:
                 return
             work = min(1.0, power.value / ref)
             threshold, ts, signal = s.idle_power_ratio, power.updated, "power"
-        elif util is not None and fresh(util, now, age):
+        elif util is not None and now - util.updated <= age:
             work, threshold, ts, signal = util.value, s.idle_util_ratio, util.updated, "utilization"
         else:
             st.work = None  # nothing current: hold the previous classification
