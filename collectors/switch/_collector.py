@@ -15,6 +15,7 @@ from fabricwatch.counters import CounterTracker
 from fabricwatch.errors import CollectorError, ConfigError
 from fabricwatch.readings import MetricSpec, Reading
 
+from . import _cbqos
 from . import _signals as sig
 from ._ber import Oid, Special, Value, VarBind
 from ._client import (
@@ -96,6 +97,7 @@ class _Target:
     up: bool = False
     orphans: int = 0
     last_error: str = ""
+    cbqos: dict[tuple[int, int], _cbqos.EcnRow] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -325,6 +327,10 @@ class SwitchCollector:
                 switch=t.name,
                 hint="no LLDP neighbour matches this node; set uplinks to poll statically",
             )
+        t.cbqos = {}
+        if profile.cbqos_ecn and t.ports:
+            cols = await walk(s, list(_cbqos.DISCOVERY_COLUMNS), max_repetitions=reps)
+            t.cbqos = _cbqos.map_objects(cols, t.ports)
         await self._plan(t)
         t.discovered_at = self._env.monotonic()
 
@@ -364,6 +370,8 @@ class SwitchCollector:
             t.walk_columns = list(IF_COLUMNS)
             for tb in t.tables:
                 t.walk_columns.extend([tb.column] if tb.column is not None else tb.columns)
+            if t.cbqos:
+                t.walk_columns.append(_cbqos.ECN_MARK_PKT64)
             return
         ports = sorted(t.ports)
         for i in ports:
@@ -372,6 +380,11 @@ class SwitchCollector:
                 t.get_oids.extend((*c, i) for c in tb.columns)
         # Rows of (ifIndex, ...) tables: learn exactly which exist, then GET them.
         prefixes = [(*tb.column, i) for tb in t.tables if tb.column is not None for i in ports]
+        ecn_prefixes = [(*_cbqos.ECN_MARK_PKT64, p, o) for p, o in sorted(t.cbqos)]
+        if ecn_prefixes and t.session is not None:
+            rows = await walk(t.session, ecn_prefixes, max_repetitions=t.cfg.max_repetitions)
+            for pre in ecn_prefixes:
+                t.get_oids.extend(oid for oid, _ in rows.get(pre, ()) if len(oid) == len(pre) + 1)
         if prefixes and t.session is not None:
             rows = await walk(t.session, prefixes, max_repetitions=t.cfg.max_repetitions)
             for tb in t.tables:
@@ -410,8 +423,13 @@ class SwitchCollector:
         uptime: int | None = None
         orphans = 0
         known = t.ports
+        ecn_vbs: list[VarBind] = []
+        ecn_col, ecn_n = _cbqos.ECN_MARK_PKT64, len(_cbqos.ECN_MARK_PKT64)
         for oid, value in varbinds:
             if not isinstance(value, int) or isinstance(value, bool):
+                continue
+            if t.cbqos and oid[:ecn_n] == ecn_col:
+                ecn_vbs.append((oid, value))
                 continue
             head = oid[:-1]
             name = IF_COLUMNS.get(head)
@@ -451,6 +469,14 @@ class SwitchCollector:
         out: list[Reading] = []
         for if_index, pd in ports.items():
             self._port_readings(t, if_index, pd, ts, out)
+        if ecn_vbs:
+            for (if_index, queue), marks in _cbqos.ecn_marks(ecn_vbs, t.cbqos).items():
+                if if_index not in known:
+                    continue
+                disc = ports[if_index].values.get("disc", 0) if if_index in ports else 0
+                epoch = (t.boot << 32) | (disc & 0xFFFFFFFF)
+                labels = (t.name, t.ports[if_index], queue)
+                out.append(Reading(sig.ECN_MARKED.name, labels, float(marks), ts=ts, epoch=epoch))
         return out
 
     def _uptime(self, t: _Target, uptime: int | None) -> None:

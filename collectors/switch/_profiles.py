@@ -111,6 +111,9 @@ class ProfileFile:
     rank: int = option(0, "Higher wins when several profiles match.")
     include_generic: bool = option(True, "Also poll the generic profile's tables.")
     priority_count: int = option(8, "Priorities per port.", min=1, max=8)
+    cbqos_ecn: bool = option(
+        False, "Poll Cisco CBQoS cbQosREDECNMarkPkt64 (ECN marks per output class-map)."
+    )
     match: list[MatchRule] = option([], "Rules that select this profile.")
     counter: list[CounterTable] = option([], "Counter tables.")
 
@@ -169,6 +172,7 @@ class Profile:
     tables: tuple[Table, ...]
     priority_count: int = 8
     source: str = field(default="", compare=False)
+    cbqos_ecn: bool = False
 
     def matches(self, sys_object_id: Oid | None, sys_descr: str) -> bool:
         """Whether any rule matches the device."""
@@ -208,7 +212,14 @@ def _compile(pf: ProfileFile, generic: tuple[Table, ...], source: str) -> Profil
         for r in pf.match
     )
     return Profile(
-        pf.name, pf.description, pf.rank, rules, tuple(tables), pf.priority_count, source
+        pf.name,
+        pf.description,
+        pf.rank,
+        rules,
+        tuple(tables),
+        pf.priority_count,
+        source,
+        pf.cbqos_ecn,
     )
 
 

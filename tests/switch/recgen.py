@@ -227,8 +227,40 @@ def nxos_pfc() -> str:
                 wait = 250000 if (p == 3 and i == 436207616) else 0
                 yield f"{pfc}.4.1.2.{i}.{p}|70:numeric|rate={wait}"
                 yield f"{pfc}.4.1.3.{i}.{p}|70|0"
+        yield from _cbqos_ecn(ports)
 
     return _rec(lines())
+
+
+def _cbqos_ecn(ports: list[tuple[int, str]]) -> Iterator[str]:
+    """CISCO-CLASS-BASED-QOS: an output and an input policy per port, class-maps with RED.
+
+    ECN marks (cbQosREDECNMarkPkt64) on the first port's class c-out-q3: 500/s
+    at RED value 0 plus 300/s at RED value 1; the input policy's marks must be
+    ignored (ECN is marked at egress).
+    """
+    cb = "1.3.6.1.4.1.9.9.166.1"
+    for k, (i, _) in enumerate(ports):
+        for policy, direction in ((1000 + k, 2), (2000 + k, 1)):
+            yield f"{cb}.1.1.1.3.{policy}|2|{direction}"
+            yield f"{cb}.1.1.1.4.{policy}|2|{i}"
+            yield f"{cb}.5.1.1.2.{policy}.1|66|7000"
+            yield f"{cb}.5.1.1.3.{policy}.1|2|1"
+            yield f"{cb}.5.1.1.4.{policy}.1|66|0"
+            for q in (0, 3):
+                yield f"{cb}.5.1.1.2.{policy}.{10 + q}|66|{5000 + q}"
+                yield f"{cb}.5.1.1.3.{policy}.{10 + q}|2|2"
+                yield f"{cb}.5.1.1.4.{policy}.{10 + q}|66|1"
+                yield f"{cb}.5.1.1.2.{policy}.{20 + q}|66|{6000 + q}"
+                yield f"{cb}.5.1.1.3.{policy}.{20 + q}|2|5"
+                yield f"{cb}.5.1.1.4.{policy}.{20 + q}|66|{10 + q}"
+                for red, part in ((0, 500), (1, 300)):
+                    rate = part if (k == 0 and q == 3 and direction == 2) else 0
+                    if direction == 1 and q == 3:
+                        rate = 999
+                    yield f"{cb}.20.1.1.21.{policy}.{20 + q}.{red}|70:numeric|rate={rate}"
+    yield f"{cb}.7.1.1.1.5000|4|c-out-q-default"
+    yield f"{cb}.7.1.1.1.5003|4|c-out-q3"
 
 
 RECORDINGS = {
