@@ -10,6 +10,7 @@ import pytest
 from fabricwatch.collector import CollectorEnv
 from fabricwatch.collectors.switch import SwitchCollector, SwitchSettings, TargetSettings, _cbqos
 from fabricwatch.collectors.switch import _signals as sw
+from fabricwatch.collectors.switch._ber import Oid, Value
 from fabricwatch.store import SnapshotStore
 from tests.switch.conftest import Snmpsim, community_file, snmpsim  # noqa: F401 - fixture
 
@@ -74,7 +75,7 @@ async def test_cbqos_ecn_marks_per_port_and_class(
 
 def test_cbqos_mapping_ignores_garbage_rows() -> None:
     cb = _cbqos
-    cols = {
+    cols: dict[Oid, list[tuple[Oid, Value]]] = {
         cb.POLICY_IF_INDEX: [((*cb.POLICY_IF_INDEX, 1), 7), ((*cb.POLICY_IF_INDEX, 2), b"x")],
         cb.POLICY_DIRECTION: [((*cb.POLICY_DIRECTION, 1), 2), ((*cb.POLICY_DIRECTION, 2), 2)],
         cb.OBJ_TYPE: [((*cb.OBJ_TYPE, 1, 5), 2), ((*cb.OBJ_TYPE, 1, 6), 5), ((*cb.OBJ_TYPE, 1), 5)],
@@ -86,7 +87,7 @@ def test_cbqos_mapping_ignores_garbage_rows() -> None:
     assert rows[(1, 6)] == cb.EcnRow(7, "gold")
     assert (1, 9) not in rows  # a self-parented object without a class-map
     assert cb.map_objects(cols, [8]) == {}
-    vbs = [
+    vbs: list[tuple[Oid, Value]] = [
         ((*cb.ECN_MARK_PKT64, 1, 6, 0), 10),
         ((*cb.ECN_MARK_PKT64, 1, 6, 1), 5),
         ((*cb.ECN_MARK_PKT64, 1, 6), 99),  # truncated index
