@@ -18,9 +18,9 @@ from typing import Any, Literal
 
 from fabricwatch.collector import CollectorSettings, Registry
 from fabricwatch.engine.settings import EngineSettings
+from fabricwatch.errors import ConfigError
 from fabricwatch.fleet.settings import FleetSettings
 from fabricwatch.outputs.settings import AlertingSettings, MqttSettings
-from fabricwatch.errors import ConfigError
 from fabricwatch.settings import build, option
 
 DEFAULT_CONFIG_PATH = Path("/etc/fabricwatch/fabricwatch.toml")

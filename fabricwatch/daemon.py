@@ -170,8 +170,13 @@ class Daemon:
             # Before the engine records anything: its transition hook puts every
             # delivery in the outbox in the same transaction as the incident.
             self.alerting = AlertingService(
-                cfg.alerting, cfg.mqtt, self.db, node=self.env.node,
-                cluster=cfg.daemon.cluster, summary=self._summary, clock=self._wall,
+                cfg.alerting,
+                cfg.mqtt,
+                self.db,
+                node=self.env.node,
+                cluster=cfg.daemon.cluster,
+                summary=self._summary,
+                clock=self._wall,
                 monotonic=self._monotonic,
             )
         except FabricwatchError as exc:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 
@@ -104,19 +105,32 @@ def run(args: argparse.Namespace) -> int:
         f"({'alerting wired' if alerting_wired() else 'alerting not wired: no pages'})"
     )
     reporter: Reporter = LiveReporter(console) if live else PlainReporter()
+    shown: list[bool] = []
+
+    def show(doc: dict[str, Any]) -> None:
+        shown.append(True)
+        print_summary(console, doc)
+
     opts = DemoOptions(
         scenarios=scenarios,
         speed=args.speed,
         timing=Timing(fault=args.duration),
         keep_running=args.keep_running,
         summary_json=args.summary_json,
+        on_summary=show,
     )
     result = run_demo(opts, reporter)
     if result.summary is None:
         msg = result.message or "the demo did not run"
         print(f"fabricwatch demo: {msg}", file=sys.stderr)
         return result.code if result.code else EXIT_STARTUP
-    doc = result.summary
+    if not shown:
+        print_summary(console, result.summary)
+    return result.code
+
+
+def print_summary(console: Console, doc: dict[str, Any]) -> None:
+    """The tables and the closing lines."""
     console.print()
     console.print(summary_table(doc))
     console.print(cause_table(doc))
@@ -140,7 +154,6 @@ def run(args: argparse.Namespace) -> int:
         if doc["ok"]
         else "result: fabricwatch got something wrong (see the table)"
     )
-    return result.code
 
 
 def main(argv: list[str] | None = None) -> int:

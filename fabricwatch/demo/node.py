@@ -448,7 +448,7 @@ class SimulatedNode:
                 "proc_root": str(self.proc_root),
                 "sys_root": str(self.sys_root),
                 "tick": 1.0,
-                "shutdown_timeout": 5.0,
+                "shutdown_timeout": 10.0,
             },
             "web": {"listen": listen},
             "log": {"level": "error", "format": "console"},

@@ -15,7 +15,7 @@ import shutil
 import socket
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -84,6 +84,8 @@ class DemoOptions:
     timing: Timing = field(default_factory=Timing)
     keep_running: bool = False
     summary_json: Path | None = None
+    on_summary: Callable[[dict[str, Any]], None] | None = None
+    """Called with the summary as soon as it exists (before ``keep_running`` holds the node)."""
 
 
 @dataclass(slots=True)
@@ -206,6 +208,9 @@ class Demo:
             )
             if self.opts.summary_json is not None:
                 self.opts.summary_json.write_text(json.dumps(summary, indent=2) + "\n")
+            if self.opts.on_summary is not None:
+                self.reporter.close()
+                self.opts.on_summary(summary)
             if self.opts.keep_running and not daemon_task.done():
                 self._event(
                     f"keep running: the node trains on; /metrics on {self._status.metrics_url}"

@@ -174,7 +174,7 @@ SCENARIOS: dict[str, Scenario] = {
         Scenario(
             "healthy",
             "healthy training",
-            "The job trains at full speed; a short evaluation-free stretch of normal noise.",
+            "The job trains at full speed with normal noise: nothing must be reported.",
             None,
             None,
         ),

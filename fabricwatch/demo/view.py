@@ -243,6 +243,7 @@ class LiveReporter:
         self._console = console
         self._events: deque[str] = deque(maxlen=50)
         self._status = Status()
+        self._closed = False
         self._live = Live(
             render(self._status, []),
             console=console,
@@ -258,18 +259,24 @@ class LiveReporter:
         return max(2, min(EVENTS_SHOWN, self._console.size.height - 22))
 
     def event(self, t: float, text: str) -> None:
-        """Add the event to the log panel."""
+        """Add the event to the log panel (printed as a line once the view is closed)."""
+        if self._closed:
+            self._console.print(stamp(t, text), highlight=False)
+            return
         self._events.append(stamp(t, text))
         self._live.update(render(self._status, list(self._events), self._room()))
 
     def update(self, st: Status) -> None:
         """Redraw with the new status."""
         self._status = st
-        self._live.update(render(st, list(self._events), self._room()))
+        if not self._closed:
+            self._live.update(render(st, list(self._events), self._room()))
 
     def close(self) -> None:
-        """Stop the live display (its last frame stays on screen)."""
-        self._live.stop()
+        """Stop the live display (its last frame stays on screen); idempotent."""
+        if not self._closed:
+            self._closed = True
+            self._live.stop()
 
 
 def summary_table(doc: Mapping[str, Any]) -> Table:

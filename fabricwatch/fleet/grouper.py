@@ -341,7 +341,11 @@ class Grouper:
                 return
         else:
             g.ended_since = None
-        if self._signature(g, now) != g.signature and now - g.last_sent >= s.update_interval:
+        if (
+            g.members  # an adopted orphan has nothing new to say until it resolves
+            and self._signature(g, now) != g.signature
+            and now - g.last_sent >= s.update_interval
+        ):
             out.append(self._transition(g, "updated", now))
 
     def _signature(self, g: Group, now: float) -> tuple[Any, ...]:
