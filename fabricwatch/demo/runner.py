@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import itertools
 import json
 import shutil
 import socket
@@ -49,8 +50,8 @@ from fabricwatch.store import SnapshotStore
 
 STORAGE_BACKEND = "simulated"
 STORAGE_NOTE = (
-    "storage: simulated storage backend (the checkpoint device's diskstats are written by "
-    "the demo; a real slow write path needs root: a throttled device, dm-delay or FUSE)"
+    "storage: simulated storage backend (diskstats written by the demo; a real slow "
+    "write path needs root: throttled device, dm-delay or FUSE)"
 )
 STEP = 0.5
 """Simulated seconds between driver steps (condition updates, ground-truth accounting)."""
@@ -332,11 +333,14 @@ class Demo:
 
     async def _watch(self) -> None:
         """Refresh the status and report incident transitions, a few times per second."""
-        while True:
+        for n in itertools.count():
             self._poll_incidents()
-            self._refresh_status()
-            self.reporter.update(self._status)
-            await asyncio.sleep(0.25)
+            if n % 3 == 0:
+                self._refresh_status()
+                self.reporter.update(self._status)
+            # Incidents every 0.1 s real (1 simulated second at x10), so their
+            # lines appear when they open, not a poll later.
+            await asyncio.sleep(0.1)
 
     def _poll_incidents(self) -> None:
         d = self.daemon

@@ -63,7 +63,9 @@ def _session_members(sid: int) -> list[str]:
 
 
 def _port_free(port: int, kind: int) -> bool:
+    """Nobody holds ``port`` (connections in TIME_WAIT from a closed server do not count)."""
     with socket.socket(socket.AF_INET, kind) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind(("127.0.0.1", port))
         except OSError:
