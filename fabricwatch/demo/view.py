@@ -115,14 +115,14 @@ def render(st: Status, events: Sequence[str], max_events: int = EVENTS_SHOWN) ->
     gpus.add_column("SM active")
     gpus.add_column("util", justify="right")
     gpus.add_column("power", justify="right")
-    gpus.add_column("state")
+    gpus.add_column("stalled by", no_wrap=True)
     for g in st.gpus:
         gpus.add_row(
             g.gpu,
             bar(g.sm, 12),
             fmt(g.util, ".0%"),
             fmt(g.power, ".0f", " W"),
-            Text(f"stalled: {g.stalled}", style="bold red") if g.stalled else Text("ok", "green"),
+            Text(g.stalled, style="bold red") if g.stalled else Text("-", "green"),
         )
     fabric = Table(title="fabric and storage", expand=True, title_justify="left", box=None)
     fabric.add_column("signal")
