@@ -44,6 +44,12 @@ class _External:
 # Subcommands whose implementation lives beside the feature they drive.
 _EXTERNAL: tuple[_External, ...] = (
     _External(
+        "demo",
+        "fabricwatch.demo.cli",
+        "the whole pipeline on simulated hardware: a PFC storm, ECN congestion, an NVLink "
+        "fault, a link flap and a checkpoint stall, detected and explained live",
+    ),
+    _External(
         "probe-storage",
         "fabricwatch.collectors.storage.probe_cli",
         "rehearse a checkpoint: write SIZE to PATH with fsync, report GB/s and per-write "
