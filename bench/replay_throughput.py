@@ -32,6 +32,7 @@ from fabricwatch.engine.replay import (
     write_openmetrics,
 )
 from fabricwatch.engine.scenarios import Injection, Scenario, flatten, run_live
+from fabricwatch.engine.signals import ENGINE_FAMILIES
 from fabricwatch.readings import Reading
 
 BUDGET = 10.0
@@ -82,9 +83,10 @@ def main() -> None:
     engine_s = cpu(lambda: result_holder.append(len(run_replay(samples).transitions)))
     replay_s = parse_s + sort_s + engine_s
     assert result_holder == live_holder, "replay and live disagree"
-    # The store's share of "store + engine": the same per-tick batches into a
-    # store with no engine (the store belongs to the daemon core).
-    batches = tick_batches(samples)
+    # The store's share of "store + engine": the same per-tick batches (of the
+    # families the engine reads) into a store with no engine (the store
+    # belongs to the daemon core).
+    batches = tick_batches([sm for sm in samples if sm[1] in ENGINE_FAMILIES])
     store = replay_store()
     ingest_s = cpu(lambda: [store.ingest("replay", b, now=t) for t, b in batches])
 

@@ -163,7 +163,8 @@ def run(args: argparse.Namespace) -> int:
     docs: list[dict[str, Any]] = [to_json(t.incident) for t in result.incidents()]
     hours = (result.end - result.start) / 3600.0
     sys.stderr.write(
-        f"replayed {hours:.2f} h, {result.readings} samples, {result.ticks} ticks: "
+        f"replayed {hours:.2f} h, {result.readings} samples "
+        f"(+{result.skipped} the engine does not read), {result.ticks} ticks: "
         f"{len(docs)} incident(s)\n"
     )
     (print_json if args.json else print_table)(docs, sys.stdout)

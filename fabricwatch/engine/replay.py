@@ -655,6 +655,7 @@ class ReplayResult:
     samples: int = 0
     readings: int = 0
     rejected: int = 0
+    skipped: int = 0  # samples of families the engine does not read
     start: float = 0.0
     end: float = 0.0
     ignored: dict[str, int] = field(default_factory=dict)
@@ -696,6 +697,15 @@ def run_replay(
     if t < first:
         t += tick
     result.start, result.end = first, last
+    # Families the engine never reads cannot change its results: skip them
+    # (the tick grid still spans every sample, as live ticks regardless).
+    used = sig.ENGINE_FAMILIES
+    if any(sm[1] not in used for sm in samples):
+        total = len(samples)
+        samples = [sm for sm in samples if sm[1] in used]
+        result.skipped = total - len(samples)
+        if progress is not None:
+            progress(result.skipped)
     i = 0
     n = len(samples)
     last_expire = -math.inf
