@@ -38,6 +38,10 @@ class Rate(NamedTuple):
     gap: bool = False
 
 
+_new_rate = tuple.__new__
+"""``Rate(...)`` without the Python-level ``__new__`` of NamedTuple (same object)."""
+
+
 @dataclass(frozen=True, slots=True)
 class TrackerSettings:
     """Tuning of :class:`CounterTracker`.
@@ -78,11 +82,13 @@ class CounterState:
         value: float,
         ts: float,
         settings: TrackerSettings,
-        *,
         bits: int = 64,
         epoch: int | None = None,
     ) -> Rate | None:
-        """See :meth:`CounterTracker.update`; ``value`` must already be finite and >= 0."""
+        """See :meth:`CounterTracker.update`; ``value`` must already be finite and >= 0.
+
+        ``bits`` and ``epoch`` may be passed by position (the store's hot loop does).
+        """
         dt = ts - self.ts
         if dt <= 0:
             return None
@@ -104,26 +110,33 @@ class CounterState:
         self.ts = ts
         self.total += delta
         since_change = ts - self.change_ts
-        period = self.refresh if self.refresh is not None else dt
-        hold = min(settings.hold_factor * period, settings.max_hold)
+        # Plain comparisons instead of min()/max() and tuple.__new__ instead of
+        # Rate(...): this runs for every counter reading of every cycle.
+        refresh = self.refresh
+        max_hold = settings.max_hold
         if delta == 0:
-            if self.moved and since_change <= hold:
-                return Rate(self.last_rate, since_change, True, False)
-            return Rate(0.0, dt, False, dt > settings.gap_after)
+            if self.moved:
+                hold = settings.hold_factor * (dt if refresh is None else refresh)
+                hold = max_hold if max_hold < hold else hold
+                if since_change <= hold:
+                    return _new_rate(Rate, (self.last_rate, since_change, True, False))
+            return _new_rate(Rate, (0.0, dt, False, dt > settings.gap_after))
+        hold = settings.hold_factor * (dt if refresh is None else refresh)
+        hold = max_hold if max_hold < hold else hold
         # Within the hold window the zero polls were the counter not refreshing
         # yet, so the change covers the time since the last change. After a
         # genuinely quiet stretch (already reported as zeros) it covers only
         # this poll: a storm after an idle hour must read as a storm at once.
-        interval = since_change if since_change <= max(hold, dt) else dt
+        interval = since_change if since_change <= (dt if hold < dt else hold) else dt
         per_second = delta / interval
         # Only an interval since a *recent* change tells the refresh period;
         # after a long quiet stretch it would overestimate it.
-        if self.moved and interval <= settings.max_hold:
-            self.refresh = interval if self.refresh is None else min(self.refresh, interval)
+        if self.moved and interval <= max_hold:
+            self.refresh = interval if refresh is None or interval < refresh else refresh
         self.change_ts = ts
         self.last_rate = per_second
         self.moved = True
-        return Rate(per_second, interval, False, interval > settings.gap_after)
+        return _new_rate(Rate, (per_second, interval, False, interval > settings.gap_after))
 
     def _reset(self, value: float, ts: float, epoch: int | None) -> None:
         self.value = value

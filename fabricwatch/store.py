@@ -15,7 +15,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from fabricwatch.counters import CounterState, Rate, TrackerSettings, valid_sample
+from fabricwatch.counters import CounterState, Rate, TrackerSettings
 from fabricwatch.readings import HistogramValue, MetricKind, MetricSpec, Reading
 
 SeriesKey = tuple[str, tuple[str, ...]]
@@ -90,6 +90,10 @@ class SnapshotStore:
         self._owners: dict[str, set[str]] = {}
         self._series: dict[SeriesKey, Series] = {}
         self._by_name: dict[str, dict[tuple[str, ...], Series]] = {}
+        # Per collector: family name -> (spec, its series by labels), for the
+        # families that collector may feed; one dict lookup per reading instead
+        # of three. Rebuilt lazily after every register().
+        self._routes: dict[str, dict[str, tuple[MetricSpec, dict[tuple[str, ...], Series]]]] = {}
 
     def register(self, collector: str, specs: Iterable[MetricSpec]) -> None:
         """Declare the families a collector produces. Names are unique across collectors."""
@@ -104,6 +108,16 @@ class SnapshotStore:
             self._owners.setdefault(spec.name, set()).add(collector)
             self._specs[spec.name] = spec
             self._by_name.setdefault(spec.name, {})
+        self._routes.clear()
+
+    def _route(self, collector: str) -> dict[str, tuple[MetricSpec, dict[tuple[str, ...], Series]]]:
+        routes = {
+            name: (spec, self._by_name[name])
+            for name, spec in self._specs.items()
+            if collector in self._owners[name]
+        }
+        self._routes[collector] = routes
+        return routes
 
     def specs(self) -> Mapping[str, MetricSpec]:
         """Every registered family by name."""
@@ -116,52 +130,56 @@ class SnapshotStore:
         with a non-finite value are rejected and counted, never raised.
         """
         result = IngestResult()
-        specs = self._specs
-        owners = self._owners
+        routes = self._routes.get(collector)
+        if routes is None:
+            routes = self._route(collector)
         series_map = self._series
         tracker = self._tracker
+        history = self._history
         counter, histogram = MetricKind.COUNTER, MetricKind.HISTOGRAM
         isfinite = math.isfinite
+        new_point = tuple.__new__  # Point(...) without NamedTuple's Python-level __new__
         accepted = 0
-        for r in readings:
-            name, labels, value = r.name, r.labels, r.value
-            spec = specs.get(name)
-            if spec is None or collector not in owners[name]:
+        # Readings are unpacked, not read by attribute: it is the hottest loop
+        # of the daemon (thousands of readings per second).
+        for name, labels, value, r_ts, epoch, hist in readings:
+            route = routes.get(name)
+            if route is None:
                 result.reject("undeclared")
                 continue
+            spec, family = route
             if len(labels) != len(spec.labels):
                 result.reject("labels")
                 continue
             if not isfinite(value):
                 result.reject("not_finite")
                 continue
-            ts = now if r.ts is None else r.ts
-            key = (name, labels)
-            s = series_map.get(key)
+            ts = now if r_ts is None else r_ts
+            s = family.get(labels)
             if s is None:
-                s = Series(spec, labels, collector, value, ts, deque(maxlen=self._history))
-                series_map[key] = s
-                self._by_name[name][labels] = s
+                s = Series(spec, labels, collector, value, ts, deque(maxlen=history))
+                series_map[(name, labels)] = s
+                family[labels] = s
             s.updated = ts
             if spec.kind is counter:
-                if not valid_sample(value):
+                if value < 0:  # finite already: this is valid_sample()
                     result.reject("negative")
                     continue
                 cs = s.counter
                 if cs is None:
-                    s.counter = cs = CounterState(value, ts, r.epoch)
+                    s.counter = cs = CounterState(value, ts, epoch)
                     rate = None
                 else:
-                    rate = cs.update(value, ts, tracker, bits=spec.bits, epoch=r.epoch)
+                    rate = cs.update(value, ts, tracker, spec.bits, epoch)
                 s.value = cs.total
                 s.rate = rate
                 if rate is not None:
-                    s.history.append(Point(ts, rate.per_second))
+                    s.history.append(new_point(Point, (ts, rate.per_second)))
             else:
                 s.value = value
                 if spec.kind is histogram:
-                    s.histogram = r.histogram
-                s.history.append(Point(ts, value))
+                    s.histogram = hist
+                s.history.append(new_point(Point, (ts, value)))
             accepted += 1
         result.accepted = accepted
         return result
