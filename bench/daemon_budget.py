@@ -692,10 +692,9 @@ def report(w: Window, *, profiled: bool) -> dict[str, float]:
         _row(label, a.get(key, 0.0), secs)
     scrape_each, scrape_bytes = w.scrape
     scrape = scrape_each / SCRAPE_INTERVAL * secs
-    shared += scrape + a.get("alerting", 0.0)
-    _row(
-        "alerting: collect (outbox)", a.get("alerting", 0.0), secs, "(its ingest in the line above)"
-    )
+    alerting = a.get("alerting", 0.0) + a.get("ingest:alerting", 0.0)
+    shared += scrape + alerting
+    _row("alerting: collect + ingest", alerting, secs)
     _row(
         f"/metrics render every {SCRAPE_INTERVAL:g} s",
         scrape,
