@@ -126,9 +126,13 @@ class Supervisor:
                 self._states[collector.name].first_attempt_done = True
                 continue
             to_run.append((collector, settings, started))
-        for collector, settings, started in to_run:
+        for i, (collector, settings, started) in enumerate(to_run):
+            # Spread the collectors over the interval after their first
+            # collection: started on one grid, their worker threads would all
+            # contend for the GIL in the same few milliseconds every second.
+            phase = settings.interval * i / len(to_run)
             task = asyncio.create_task(
-                self._run(collector, settings, started), name=f"collector:{collector.name}"
+                self._run(collector, settings, started, phase), name=f"collector:{collector.name}"
             )
             self._tasks.append(task)
 
@@ -169,10 +173,13 @@ class Supervisor:
             )
         return False
 
-    async def _run(self, collector: Collector, settings: CollectorSettings, started: bool) -> None:
+    async def _run(
+        self, collector: Collector, settings: CollectorSettings, started: bool, phase: float = 0.0
+    ) -> None:
         state = self._states[collector.name]
         structlog.contextvars.bind_contextvars(collector=collector.name)
         next_at = self._monotonic()
+        first = True
         while True:
             if not started:
                 state.first_attempt_done = True
@@ -188,7 +195,8 @@ class Supervisor:
             # Schedule from the planned time, not from "now", so a slow cycle
             # does not drift the grid; skip missed slots instead of bursting.
             step = backoff_delay(settings.interval, state.consecutive_failures)
-            next_at += step
+            next_at += step + (phase if first else 0.0)
+            first = False
             now = self._monotonic()
             if next_at < now:
                 next_at = now + (step - (now - next_at) % step if step > 0 else 0)

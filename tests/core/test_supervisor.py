@@ -172,3 +172,22 @@ async def test_absent_source_is_down_with_reason_absent_and_logged_quietly() -> 
     assert not state.up
     assert state.failures["absent"] >= 3
     assert not [e for e in logs if e["event"] == "collector_failed"]
+
+
+async def test_collectors_are_spread_over_the_interval_after_their_first_collection() -> None:
+    interval = 0.4
+    cs = [FakeCollector(f"c{i}") for i in range(4)]
+    sup = Supervisor(SnapshotStore())
+    for c in cs:
+        sup.add(c, _settings(interval))
+    await sup.start()
+    for _ in range(200):
+        if all(len(c.calls) >= 3 for c in cs):
+            break
+        await asyncio.sleep(0.02)
+    await sup.stop()
+    # The second collections are offset by i/4 of the interval, in order.
+    second = [c.calls[1] for c in cs]
+    assert second == sorted(second)
+    gaps = [b - a for a, b in zip(second, second[1:], strict=False)]
+    assert all(g >= 0.9 * interval / 4 for g in gaps), gaps
