@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -146,11 +147,22 @@ class Supervisor:
         await self._close_all()
 
     async def _close_all(self) -> None:
-        for collector, settings in self._entries:
-            try:
-                await asyncio.wait_for(collector.close(), timeout=max(1.0, settings.timeout))
-            except Exception as exc:  # noqa: BLE001 - close must never stop shutdown
-                log.warning("collector_close_failed", collector=collector.name, error=str(exc))
+        # Concurrently: shutdown takes as long as the slowest close, not the sum.
+        await asyncio.gather(*(self._close(c, s) for c, s in self._entries))
+
+    async def _close(self, collector: Collector, settings: CollectorSettings) -> None:
+        t0 = time.monotonic()
+        try:
+            await asyncio.wait_for(collector.close(), timeout=max(1.0, settings.timeout))
+        except Exception as exc:  # noqa: BLE001 - close must never stop shutdown
+            log.warning(
+                "collector_close_failed",
+                collector=collector.name,
+                error=str(exc) or type(exc).__name__,
+            )
+        took = time.monotonic() - t0
+        if took > 1.0:
+            log.warning("collector_close_slow", collector=collector.name, seconds=round(took, 2))
 
     async def _try_start(self, collector: Collector, settings: CollectorSettings) -> bool:
         state = self._states[collector.name]

@@ -376,7 +376,8 @@ class GpuCollector:
     async def close(self) -> None:
         """Stop the event thread, free NVML unless a thread is still stuck inside it."""
         await self._teardown()
-        if not self._facade.close(timeout=1.0):
+        # Joins block: keep them off the event loop so shutdown stays responsive.
+        if not await asyncio.to_thread(self._facade.close, 1.0):
             self._log.warning(
                 "nvml_calls_still_running_at_close",
                 stuck=self._facade.stuck,
@@ -386,7 +387,7 @@ class GpuCollector:
     async def _teardown(self) -> None:
         was_present = self._present
         self._present = False
-        if not self._facade.stop_events(timeout=2.0):
+        if not await asyncio.to_thread(self._facade.stop_events, 2.0):
             self._log.warning("nvml_event_thread_still_running")
         if not was_present:
             return
