@@ -130,6 +130,7 @@ FLEET_METRICS: tuple[MetricSpec, ...] = (
 )
 _DEDUP_MAX = 100_000
 _SENDER_START_LIMIT = 30.0
+_INFLIGHT = 256
 
 
 class FleetAggregator:
@@ -194,6 +195,9 @@ class FleetAggregator:
         self._subscribed: set[int] = set()
         self._pending_announce: dict[tuple[str, str], dict[str, Any]] = {}
         self._tasks: list[asyncio.Task[None]] = []
+        self._publishes: set[asyncio.Task[None]] = set()
+        self._inflight = asyncio.Semaphore(_INFLIGHT)
+        self._wake = asyncio.Event()
         self._closing = False
         self._sender_started = False
         self._started_at = monotonic()
@@ -243,9 +247,15 @@ class FleetAggregator:
                     ),
                     5.0,
                 )
-        for t in self._tasks:
-            t.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        pending = {*self._tasks, *self._publishes}
+        for _ in range(5):
+            # Python 3.11's wait_for can swallow a cancel that races with its inner
+            # future (aiomqtt waits that way): cancel again until every task is done.
+            for t in pending:
+                t.cancel()
+            _, pending = await asyncio.wait(pending, timeout=1.0)
+            if not pending:
+                break
         self._tasks.clear()
         await self.sender.close()
         if self.web is not None:
@@ -274,11 +284,16 @@ class FleetAggregator:
         failures = 0
         while not self._closing:
             try:
-                async with self._client_for() as client:
+                client = self._client_for()
+                # Hundreds of publishes in flight are normal here, not a warning.
+                client.pending_calls_threshold = 10 * _INFLIGHT
+                async with client:
                     await self._on_connect(client)
                     failures = 0
                     async for msg in client.messages:
                         await self._dispatch(client, msg)
+                        if self._closing:
+                            break
             except aiomqtt.MqttError as exc:
                 log.warning("fleet_mqtt_disconnected", error=str(exc), attempt=failures + 1)
             finally:
@@ -347,8 +362,24 @@ class FleetAggregator:
         m = ev.member
         p = self.grouper.partition(m.cluster, self.grouper.key_of(m))
         body = json.dumps(member_to_json(m), separators=(",", ":")).encode()
-        await client.publish(self.topics.member(p, m), body, qos=1, retain=True)
+        # Not awaited inline: waiting for each PUBACK would cap ingest at one broker
+        # round trip per event. The semaphore bounds what is in flight.
+        await self._inflight.acquire()
+        task = asyncio.create_task(self._republish(client, self.topics.member(p, m), body))
+        self._publishes.add(task)
+        task.add_done_callback(self._publishes.discard)
         self._count("incident", "accepted")
+
+    async def _republish(self, client: aiomqtt.Client, topic: str, body: bytes) -> None:
+        try:
+            await client.publish(topic, body, qos=1, retain=True)
+        except aiomqtt.MqttError as exc:
+            # The connection dropped under it: the event is lost to the fleet (as one
+            # arriving while no replica is connected would be); the loop reconnects.
+            self._count("incident", "lost")
+            log.warning("fleet_republish_failed", topic=topic, error=str(exc))
+        finally:
+            self._inflight.release()
 
     def _status(self, topic: str, payload: bytes) -> None:
         try:
@@ -399,6 +430,7 @@ class FleetAggregator:
                 self._count("member", "invalid")
                 raise
             owned = self.grouper.on_member(m, self._wall())
+            self._wake.set()
             self._count("member", "accepted" if owned else "not_owned")
 
     # -- ownership -------------------------------------------------------------
@@ -438,7 +470,7 @@ class FleetAggregator:
     # -- ticking ---------------------------------------------------------------
 
     async def _tick_loop(self) -> None:
-        while True:
+        while not self._closing:
             try:
                 await self._tick()
             except asyncio.CancelledError:
@@ -449,7 +481,12 @@ class FleetAggregator:
                 log.error("fleet_tick_failed", error=str(exc))
             except Exception as exc:  # noqa: BLE001 - a bug must not stop paging for good
                 log.error("fleet_tick_error", error=f"{type(exc).__name__}: {exc}")
-            await asyncio.sleep(self.settings.tick)
+            # Woken early when members arrive, so a page does not wait a whole tick;
+            # never more often than every 10 ms however fast messages come.
+            await asyncio.sleep(min(0.01, self.settings.tick))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self.settings.tick)
+            self._wake.clear()
 
     async def _tick(self) -> None:
         now = self._wall()

@@ -270,8 +270,12 @@ async def test_broker_outage_and_recovery(
     await wait_for(lambda: not agg.ready(), 10.0, "disconnect noticed")
     assert agg.grouper.owned == set()  # no paging while blind
     assert agg.web is not None
-    _, text = await http_get(f"http://127.0.0.1:{agg.web.port}/metrics")
-    assert "fabricwatch_mqtt_connected 0.0" in text
+    url = f"http://127.0.0.1:{agg.web.port}/metrics"
+
+    async def says_disconnected() -> bool:
+        return "fabricwatch_mqtt_connected 0.0" in (await http_get(url))[1]
+
+    await wait_for(says_disconnected, 5.0, "mqtt_connected 0 in /metrics")
     mosquitto.start()
     assert await agg.wait_ready(15.0)
     await resolve(mosquitto.port, incs)
