@@ -224,6 +224,11 @@ class FleetAggregator:
         self._tasks.append(asyncio.create_task(self._mqtt_loop(), name="fleet-mqtt"))
         self._tasks.append(asyncio.create_task(self._tick_loop(), name="fleet-tick"))
 
+    @property
+    def closing(self) -> bool:
+        """:meth:`close` has begun."""
+        return self._closing
+
     def ready(self) -> bool:
         """Connected and owning its share of partitions."""
         return self._connected.is_set() and self._first_owned_at is not None
@@ -292,7 +297,7 @@ class FleetAggregator:
                     failures = 0
                     async for msg in client.messages:
                         await self._dispatch(client, msg)
-                        if self._closing:
+                        if self.closing:
                             break
             except aiomqtt.MqttError as exc:
                 log.warning("fleet_mqtt_disconnected", error=str(exc), attempt=failures + 1)
