@@ -108,7 +108,7 @@ MESSAGES = MetricSpec(
     "fabricwatch_fleet_messages",
     MetricKind.COUNTER,
     "MQTT messages handled, by topic kind (incident, member, status, group, replica) "
-    "and outcome (accepted, duplicate, invalid, not_owned).",
+    "and outcome (accepted, duplicate, invalid, not_owned, lost).",
     ("topic", "outcome"),
 )
 TRANSITIONS = MetricSpec(
