@@ -61,6 +61,11 @@ _EXTERNAL: tuple[_External, ...] = (
         "list the incidents recorded in the state directory (--deliveries: the alert outbox)",
     ),
     _External(
+        "fleet",
+        "fabricwatch.fleet.cli",
+        "run the fleet aggregator: group node incidents from MQTT into one page per fabric fault",
+    ),
+    _External(
         "replay",
         "fabricwatch.engine.cli_replay",
         "run the correlation engine offline over OpenMetrics files or a Prometheus server",
