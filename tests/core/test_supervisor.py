@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -107,7 +108,7 @@ async def test_backoff_spacing_grows_and_resets_after_success() -> None:
             break
         await asyncio.sleep(0.02)
     await sup.stop()
-    gaps = [b - a for a, b in zip(c.calls, c.calls[1:], strict=False)]
+    gaps = [b - a for a, b in itertools.pairwise(c.calls)]
     # After failure n the next attempt waits backoff_delay(interval, n).
     for n in range(1, 5):
         assert gaps[n - 1] >= 0.9 * backoff_delay(interval, n), gaps
@@ -189,5 +190,5 @@ async def test_collectors_are_spread_over_the_interval_after_their_first_collect
     # The second collections are offset by i/4 of the interval, in order.
     second = [c.calls[1] for c in cs]
     assert second == sorted(second)
-    gaps = [b - a for a, b in zip(second, second[1:], strict=False)]
+    gaps = [b - a for a, b in itertools.pairwise(second)]
     assert all(g >= 0.9 * interval / 4 for g in gaps), gaps
