@@ -308,15 +308,15 @@ class Daemon:
     def _on_transition(self, tr: IncidentTransition) -> None:
         """Called after a transition is persisted; outputs hang off here."""
         doc = to_json(tr.incident)
-        log.info(
-            f"incident_{tr.kind}",
-            incident=doc["key"],
-            cause=doc["cause"],
-            culprit=doc["culprit"]["key"],
-            gpus=doc["gpus"],
-            confidence=doc["confidence"],
-            summary=doc["summary"],
-        )
+        with structlog.contextvars.bound_contextvars(incident=doc["key"]):
+            log.info(
+                f"incident_{tr.kind}",
+                cause=doc["cause"],
+                culprit=doc["culprit"]["key"],
+                gpus=doc["gpus"],
+                confidence=doc["confidence"],
+                summary=doc["summary"],
+            )
 
     def _summary(self) -> dict[str, object]:
         """The periodic MQTT metrics summary (QoS 0): small and cheap."""

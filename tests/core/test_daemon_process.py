@@ -20,6 +20,12 @@ from tests.conftest import free_port
 REPO = Path(__file__).resolve().parents[2]
 
 
+def _has_nvml() -> bool:
+    import ctypes.util
+
+    return ctypes.util.find_library("nvidia-ml") is not None
+
+
 def _config(tmp_path: Path, port: int, extra: str = "") -> Path:
     p = tmp_path / "fabricwatch.toml"
     p.write_text(
@@ -105,10 +111,17 @@ def test_run_serves_metrics_and_exits_cleanly_on_sigterm(tmp_path: Path) -> None
         assert "process_resident_memory_bytes" in body
         assert "fabricwatch_config_last_reload_successful 1.0" in body
         assert _get(f"http://127.0.0.1:{port}/-/healthy")[0] == 200
+        if not _has_nvml():
+            # No GPU here: the GPU collector reports absent, once, and stays down.
+            assert 'fabricwatch_collector_up{collector="gpu"} 0.0' in body
+            assert 'fabricwatch_collector_failures_total{collector="gpu",reason="absent"}' in body
+            time.sleep(1.5)  # a few more collection cycles
     finally:
         rc, out = _stop(proc)
     assert rc == 0, out
     assert "Traceback" not in out, out
+    if not _has_nvml():
+        assert out.count('"event": "nvml_absent"') == 1, out
     assert '"event": "stopping"' in out
 
 
