@@ -8,6 +8,15 @@ Client CPU is ``time.process_time`` for in-process clients and
 ``RUSAGE_CHILDREN`` user+sys for ``snmpbulkwalk`` (one process per column,
 as people run it). The agent is a separate process: its CPU is not counted.
 
+Debian's ``prometheus-snmp-exporter`` (0.21, Go) runs as a long-lived server
+with a module generated here into the temp dir (numeric OIDs, one metric per
+column, ifIndex / priority index labels, v2c, max_repetitions 50). Its CPU is
+the utime+stime delta of the exporter process (all threads, so Go's GC too)
+from ``/proc/<pid>/stat`` across ``EXPORTER_SCRAPES`` scrapes of
+``/snmp?target=...&module=...`` per round, divided by the scrapes; that
+includes the HTTP request and rendering the exposition text, which is the
+exporter's job. The row is skipped with a note when the binary is absent.
+
 Budgets (DESIGN.md): full walk within 2x of snmpbulkwalk CPU per varbind;
 a node-mode poll of 4 uplinks under 5 ms CPU.
 
@@ -26,6 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -40,7 +50,25 @@ COLUMNS = [
     "1.3.6.1.4.1.9.9.813.1.2.1.2",
     "1.3.6.1.4.1.9.9.813.1.2.1.3",
 ]
+# Metric names for the exporter module, in COLUMNS order.
+COLUMN_NAMES = [
+    "ifInDiscards",
+    "ifInErrors",
+    "ifOutDiscards",
+    "ifOutErrors",
+    "ifHCInOctets",
+    "ifHCInUcastPkts",
+    "ifHCOutOctets",
+    "ifHCOutUcastPkts",
+    "cpfcIfPriorityRequests",
+    "cpfcIfPriorityIndications",
+]
 REPEATS = 5
+EXPORTER = "prometheus-snmp-exporter"
+EXPORTER_MODULE = "fabricwatch_bench"
+# /proc/<pid>/stat counts in clock ticks (10 ms): enough scrapes per round
+# that one tick is a few percent of the round's CPU.
+EXPORTER_SCRAPES = 12
 
 
 def _free_udp_port() -> int:
@@ -63,6 +91,133 @@ def _start_snmpsim(port: int, work: Path) -> subprocess.Popen[bytes]:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
+
+
+def _free_tcp_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def exporter_config() -> str:
+    """snmp.yml for snmp_exporter 0.21: walk the bench columns by numeric OID.
+
+    0.21 reads a top-level map of modules with ``auth`` inside each module
+    (the ``modules:`` / ``auths:`` split came in 0.23), and rejects unknown keys.
+    """
+    import yaml
+
+    metrics = []
+    for oid, name in zip(COLUMNS, COLUMN_NAMES, strict=True):
+        indexes = [{"labelname": "ifIndex", "type": "gauge"}]
+        if oid.startswith("1.3.6.1.4.1.9.9.813."):
+            indexes.append({"labelname": "cpfcIfPriorityValue", "type": "gauge"})
+        metrics.append({"name": name, "oid": oid, "type": "counter", "indexes": indexes})
+    module = {
+        "version": 2,
+        "auth": {"community": COMMUNITY},
+        "max_repetitions": 50,
+        "retries": 0,
+        "timeout": "10s",
+        "walk": list(COLUMNS),
+        "metrics": metrics,
+    }
+    return yaml.safe_dump({EXPORTER_MODULE: module}, sort_keys=False)
+
+
+def _proc_cpu(pid: int) -> float:
+    """User+system CPU seconds of a running process (all its threads)."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    # Fields after the parenthesised command name; utime and stime are fields 14 and 15.
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class SnmpExporter:
+    """A prometheus-snmp-exporter process on a free 127.0.0.1 port."""
+
+    def __init__(self, exe: str, agent_port: int, work: Path) -> None:
+        cfg = work / "snmp.yml"
+        cfg.write_text(exporter_config())
+        self.log = work / "snmp_exporter.log"
+        self.port = _free_tcp_port()
+        self.url = (
+            f"http://127.0.0.1:{self.port}/snmp?target=127.0.0.1:{agent_port}"
+            f"&module={EXPORTER_MODULE}"
+        )
+        with self.log.open("wb") as log:
+            self.proc = subprocess.Popen(
+                [
+                    exe,
+                    f"--config.file={cfg}",
+                    f"--web.listen-address=127.0.0.1:{self.port}",
+                    "--log.level=warn",
+                ],
+                stdout=log,
+                stderr=log,
+            )
+
+    def wait_ready(self, timeout: float = 20.0) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"exited {self.proc.returncode}: {self._log_tail()}")
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/", timeout=2):
+                    return
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"not listening after {timeout:.0f} s") from None
+                time.sleep(0.1)
+
+    def scrape(self) -> str:
+        with urllib.request.urlopen(self.url, timeout=30) as r:
+            body: bytes = r.read()
+        text = body.decode()
+        if "snmp_error" in text:
+            raise RuntimeError(f"scrape failed: {text[:300]}")
+        return text
+
+    def cpu(self) -> float:
+        return _proc_cpu(self.proc.pid)
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(10)
+
+    def _log_tail(self) -> str:
+        return self.log.read_text(errors="replace")[-500:]
+
+
+def exporter_samples(text: str) -> tuple[int, int]:
+    """Samples of the bench columns, and the exporter's own count of PDUs walked."""
+    names = tuple(f"{n}{{" for n in COLUMN_NAMES)
+    samples = sum(1 for line in text.splitlines() if line.startswith(names))
+    pdus = -1
+    for line in text.splitlines():
+        if line.startswith("snmp_scrape_pdus_returned "):
+            pdus = int(float(line.split()[1]))
+    return samples, pdus
+
+
+def _exporter_version(exe: str) -> str:
+    out = subprocess.run([exe, "--version"], capture_output=True, text=True, check=False)
+    words = (out.stdout + out.stderr).split()
+    # "snmp_exporter, version 0.21.0 (branch: ...)"
+    return words[words.index("version") + 1] if "version" in words else "?"
+
+
+def bench_snmp_exporter(exporter: SnmpExporter) -> tuple[float, int]:
+    """Exporter CPU seconds per scrape (mean of a round) and varbinds per scrape."""
+    before = exporter.cpu()
+    n = 0
+    for _ in range(EXPORTER_SCRAPES):
+        n = exporter_samples(exporter.scrape())[0]
+    return (exporter.cpu() - before) / EXPORTER_SCRAPES, n
 
 
 def _children_cpu() -> float:
@@ -93,6 +248,26 @@ def bench_snmpbulkwalk(port: int) -> tuple[float, int]:
     return _children_cpu() - before, count
 
 
+def bench_snmpbulkwalk_fixed(port: int) -> float:
+    """CPU seconds of the same snmpbulkwalk processes walking an empty column.
+
+    Process start, MIB loading, one GETBULK (its 50 varbinds fall outside the
+    subtree) and the GET snmpwalk sends when a subtree is empty: roughly the
+    part of the snmpbulkwalk row that does not scale with varbinds.
+    """
+    exe = shutil.which("snmpbulkwalk")
+    assert exe is not None  # bench_snmpbulkwalk exits first when it is missing
+    empty = f"{IFT}.99"  # no such ifEntry column
+    before = _children_cpu()
+    for _ in COLUMNS:
+        subprocess.run(
+            [exe, "-v2c", "-c", COMMUNITY, "-On", "-Cr50", "-t", "5", f"127.0.0.1:{port}", empty],
+            capture_output=True,
+            check=False,
+        )
+    return _children_cpu() - before
+
+
 async def _cpu(fn: Callable[[], Awaitable[int]]) -> tuple[float, int]:
     t0 = time.process_time()
     n = await fn()
@@ -109,6 +284,14 @@ async def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         agent = _start_snmpsim(port, work)
+        exporter: SnmpExporter | None = None
+        exporter_exe = shutil.which(EXPORTER)
+        exporter_note = (
+            f"skipped: {EXPORTER} not installed (apt-get install {EXPORTER})"
+            if exporter_exe is None
+            else ""
+        )
+        exporter_row = f"{EXPORTER} (server CPU)"
         try:
             native = NativeV2cSession("127.0.0.1", port, COMMUNITY, timeout=5.0)
             deadline = time.monotonic() + 60
@@ -186,10 +369,31 @@ async def main() -> None:
             await node.start()
             await node.collect()
             await pysnmp_walk()  # warm up imports and the engine
+            if exporter_exe is not None:
+                exporter_row = f"{EXPORTER} {_exporter_version(exporter_exe)} (server CPU)"
+                try:
+                    exporter = SnmpExporter(exporter_exe, port, work)
+                    exporter.wait_ready()
+                    for _ in range(2):  # first scrapes build the module's state
+                        text = exporter.scrape()
+                    samples, pdus = exporter_samples(text)
+                    exporter_note = (
+                        f"{EXPORTER}: {EXPORTER_SCRAPES} scrapes per run; last scrape walked "
+                        f"{pdus} PDUs (snmp_scrape_pdus_returned) and exported {samples} "
+                        "samples; CPU = its utime+stime (all threads) incl. HTTP and text "
+                        "rendering"
+                    )
+                except (OSError, RuntimeError) as e:
+                    exporter_note = f"failed: {EXPORTER}: {e}"
+                    if exporter is not None:
+                        exporter.stop()
+                        exporter = None
 
             results: dict[str, list[tuple[float, int]]] = {}
+            fixed_cpu: list[float] = []
             for _ in range(REPEATS):
                 results.setdefault("snmpbulkwalk", []).append(bench_snmpbulkwalk(port))
+                fixed_cpu.append(bench_snmpbulkwalk_fixed(port))
                 for name, fn in (
                     ("native walk", native_walk),
                     ("pysnmp walk (multi-column bulk_cmd)", pysnmp_walk),
@@ -197,6 +401,8 @@ async def main() -> None:
                     ("collector poll, switch mode", collector_full_poll),
                 ):
                     results.setdefault(name, []).append(await _cpu(fn))
+                if exporter is not None:
+                    results.setdefault(exporter_row, []).append(bench_snmp_exporter(exporter))
             node_cpu = []
             node_vbs = len(node.target_state("leaf").get_oids)
             for _ in range(50):
@@ -208,6 +414,8 @@ async def main() -> None:
             await native.close()
             await pysnmp_s.close()
         finally:
+            if exporter is not None:
+                exporter.stop()
             agent.terminate()
             agent.wait(10)
 
@@ -218,18 +426,35 @@ async def main() -> None:
         f"walk: {len(COLUMNS)} columns, 64 ports, agent snmpsim on loopback; "
         f"median of {REPEATS} runs; client CPU only"
     )
-    print(f"{'client':42} {'varbinds':>9} {'CPU ms':>8} {'us/varbind':>11} {'x snmpbulkwalk':>15}")
+    width = max(42, *(len(k) for k in results))
+    print(
+        f"{'client':{width}} {'varbinds':>9} {'CPU ms':>8} {'us/varbind':>11} "
+        f"{'x snmpbulkwalk':>15}"
+    )
     for name, runs in results.items():
         cpu = statistics.median(c for c, _ in runs)
         n = runs[0][1]
         if not n:
             print(
-                f"{name:42} {'-':>9} {cpu * 1e3:8.1f} {'-':>11} {cpu / ref_cpu:15.2f}"
+                f"{name:{width}} {'-':>9} {cpu * 1e3:8.1f} {'-':>11} {cpu / ref_cpu:15.2f}"
                 "  (whole poll: 9 IF-MIB + PFC + queue columns, readings and rates)"
             )
             continue
         per = cpu / n
-        print(f"{name:42} {n:9d} {cpu * 1e3:8.1f} {per * 1e6:11.2f} {per / ref_per_vb:15.2f}")
+        print(f"{name:{width}} {n:9d} {cpu * 1e3:8.1f} {per * 1e6:11.2f} {per / ref_per_vb:15.2f}")
+    print(exporter_note)
+    fixed = statistics.median(fixed_cpu)
+    net_per_vb = (ref_cpu - fixed) / ref_n
+    line = (
+        f"snmpbulkwalk fixed cost ({len(COLUMNS)} processes walking an empty column: "
+        f"start, MIB load, 1 GETBULK + 1 GET each): {fixed * 1e3:.1f} ms = "
+        f"{fixed / ref_cpu:.0%} of its walk CPU; net of it {net_per_vb * 1e6:.2f} us/varbind"
+    )
+    if exporter_row in results and net_per_vb > 0:
+        runs = results[exporter_row]
+        exp_per_vb = statistics.median(c for c, _ in runs) / runs[0][1]
+        line += f" -> {EXPORTER} {exp_per_vb / net_per_vb:.2f}x of that"
+    print(line)
     print("budget: full walk within 2.00x of snmpbulkwalk CPU per varbind")
     med = statistics.median(node_cpu)
     print(
