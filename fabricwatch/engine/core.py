@@ -104,6 +104,8 @@ class Engine:
         self._stall: _Episode | None = None
         self._slow: _Episode | None = None
         self._last_tick: float | None = None
+        self._clear: dict[str, float] = {}  # last tick without a node stall / slowdown, by kind
+        self._idle_at_clear: list[tuple[str, float]] = []  # (GPU, idle since) seen idle then
         self._offset = 0.0
         self._opened: dict[str, float] = dict.fromkeys(CAUSES, 0.0)
         self._gpu_seconds: dict[str, float] = dict.fromkeys(CAUSES, 0.0)
@@ -208,6 +210,13 @@ class Engine:
     ) -> _Episode | None:
         s = self.settings
         if not bad:
+            self._clear[kind] = now
+            if kind == "stall":
+                self._idle_at_clear = [
+                    (g.gpu, g.idle_since)
+                    for g in self.detector.gpus.values()
+                    if g.idle and now - g.last_sample <= s.tick
+                ]
             if ep is not None and now - ep.last_bad >= s.end_after:
                 if ep.live is not None:
                     ep.live.ended = ep.last_bad
@@ -218,7 +227,8 @@ class Engine:
                 ep.broken_at = now
             return ep
         if ep is None:
-            onset = min(g.idle_since if kind == "stall" else g.slow_since for g in bad)
+            stall = kind == "stall"
+            onset = self._stall_onset(bad) if stall else min(g.slow_since for g in bad)
             ep = _Episode(kind, onset, now, run_onset=onset)
         elif ep.broken_at is not None:
             since = min(g.idle_since if kind == "stall" else g.slow_since for g in bad)
@@ -281,6 +291,22 @@ class Engine:
             out.append(IncidentTransition("updated", self._wall(now), inc))
         live.incident = inc
         return ep
+
+    def _stall_onset(self, bad: list[GpuState]) -> float:
+        """When the node stall began: its first idle GPU's onset, unless that
+        GPU's idleness reaches back past the last tick the node was working
+        without having been seen idle then (its samples were missing and its
+        idle state was held) or from long before (a GPU idle on its own)."""
+        clear = self._clear.get("stall", -math.inf)
+        seen = dict(self._idle_at_clear)
+        hold = self.settings.end_after
+        trusted = [
+            g.idle_since
+            for g in bad
+            if g.idle_since > clear
+            or (seen.get(g.gpu) == g.idle_since and clear - g.idle_since <= hold)
+        ]
+        return min(trusted) if trusted else clear
 
     def _with_cost(self, inc: Incident) -> Incident:
         price = self.settings.cost_per_gpu_hour

@@ -9,7 +9,14 @@ unbroken job-level run of ``min_duration`` (stalls-and-anchors.md §6: runs).
 
 from __future__ import annotations
 
-from fabricwatch.engine.scenarios import Injection, Scenario
+from typing import Any
+
+from fabricwatch.engine import signals as sig
+from fabricwatch.engine.core import Engine
+from fabricwatch.engine.scenarios import Injection, Scenario, new_store
+from fabricwatch.engine.settings import EngineSettings
+from fabricwatch.readings import Reading
+from fabricwatch.store import SnapshotStore
 
 from .conftest import run
 
@@ -32,3 +39,34 @@ def test_a_real_hang_during_a_straggler_is_still_found() -> None:
     incidents = run(sc)
     assert [i.cause for i in incidents] == ["unknown"], [i.summary for i in incidents]
     assert abs(incidents[0].onset - (sc.start_ts + 300)) <= 3.0
+
+
+def _tick(engine: Engine, store: SnapshotStore, k: int, sm: dict[str, float | None]) -> list[Any]:
+    readings = [Reading(sig.GPU_PROCS, (g,), 1.0, ts=k + 0.05) for g in sm]
+    readings += [Reading(sig.GPU_SM, (g,), v, ts=k + 0.05) for g, v in sm.items() if v is not None]
+    store.ingest("nvml", readings, now=k + 0.5)
+    return engine.tick(k + 0.5, k + 0.5)
+
+
+def test_a_gpu_held_idle_through_missing_samples_does_not_date_a_stall_back() -> None:
+    # A 7 s dip; GPU 7's next samples are missing while the others work again
+    # (its idle state is held), then a 6 s dip. Found in 100 node-days of
+    # background: the second dip inherited GPU 7's onset and made 14 s.
+    store = new_store()
+    engine = Engine(EngineSettings(), store, "n1")
+    gpus = [str(i) for i in range(8)]
+    out: list[Any] = []
+    for k in range(1, 31):
+        out += _tick(engine, store, k, dict.fromkeys(gpus, 0.8))
+    for k in range(31, 38):
+        out += _tick(engine, store, k, dict.fromkeys(gpus, 0.01))
+    for k in (38, 39):
+        out += _tick(engine, store, k, {**dict.fromkeys(gpus, 0.8), "7": None})
+    for k in range(40, 46):
+        out += _tick(engine, store, k, dict.fromkeys(gpus, 0.01))
+    assert out == []
+    # The same idleness going on becomes a stall once it lasts 10 s itself.
+    for k in range(46, 52):
+        out += _tick(engine, store, k, dict.fromkeys(gpus, 0.01))
+    opened = [t.incident for t in out if t.kind == "opened"]
+    assert [(i.cause, i.onset) for i in opened] == [("unknown", 40.05)]
