@@ -72,6 +72,10 @@ class _Episode:
     # dip add up to 10 s of idleness, never to 10 s in one piece).
     run_onset: float = 0.0
     broken_at: float | None = None
+    # Newest sample of the bad GPUs: a run also breaks where none of them
+    # reported for longer than ``sample_max_age`` (a collector gap is blind
+    # time, not idle time).
+    seen: float = -math.inf
     gpus: set[str] = field(default_factory=set)
     gpu_seconds: float = 0.0
     live: _Live | None = None
@@ -234,6 +238,10 @@ class Engine:
             since = min(g.idle_since if kind == "stall" else g.slow_since for g in bad)
             ep.run_onset = max(since, ep.broken_at)
             ep.broken_at = None
+        latest = max(g.last_sample for g in bad)
+        if latest - ep.seen > s.sample_max_age and ep.seen > -math.inf:
+            ep.run_onset = max(ep.run_onset, latest)
+        ep.seen = max(ep.seen, latest)
         grew = not {g.gpu for g in bad} <= ep.gpus
         ep.gpus.update(g.gpu for g in bad)
         ep.last_bad = now
@@ -248,7 +256,7 @@ class Engine:
                     return ep
                 attr, missing = self._score(ep, now)
                 strong = attr.cause != "unknown" and attr.score >= s.strong_evidence
-                run = max(g.last_sample for g in bad) - ep.run_onset
+                run = latest - ep.run_onset
                 if run >= s.min_duration or strong:
                     self._open(ep, attr, missing, bad, now=now, out=out)
             elif duration >= s.min_duration and now >= ep.next_score:

@@ -70,3 +70,28 @@ def test_a_gpu_held_idle_through_missing_samples_does_not_date_a_stall_back() ->
         out += _tick(engine, store, k, dict.fromkeys(gpus, 0.01))
     opened = [t.incident for t in out if t.kind == "opened"]
     assert [(i.cause, i.onset) for i in opened] == [("unknown", 40.05)]
+
+
+def test_a_collector_gap_inside_idle_waits_is_blind_time_not_idle_time() -> None:
+    # Straggler wait (3 s idle), NVML silent for 5 s, another wait: 11 s from
+    # first to last idle sample, but never seen idle for 10 s (held-out
+    # background, seed 200039).
+    store = new_store()
+    engine = Engine(EngineSettings(), store, "n1")
+    gpus = [str(i) for i in range(8)]
+    out: list[Any] = []
+    for k in range(1, 31):
+        out += _tick(engine, store, k, dict.fromkeys(gpus, 0.8))
+    for k in range(31, 34):
+        out += _tick(engine, store, k, dict.fromkeys(gpus, 0.01))
+    for k in range(34, 39):
+        store.expire(k + 0.5)  # nothing arrives
+        out += engine.tick(k + 0.5, k + 0.5)
+    for k in range(39, 43):
+        out += _tick(engine, store, k, dict.fromkeys(gpus, 0.01))
+    out += _tick(engine, store, 43, dict.fromkeys(gpus, 0.8))
+    assert out == []
+    # Seen idle for 10 s after the gap: a stall, dated from its first onset.
+    for k in range(44, 56):
+        out += _tick(engine, store, k, dict.fromkeys(gpus, 0.01))
+    assert [t.incident.cause for t in out if t.kind == "opened"] == ["unknown"]
