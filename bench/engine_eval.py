@@ -190,10 +190,11 @@ def main() -> None:
     }
     buckets: dict[str, list[float]] = {"10-60 s": [], "1-10 min": []}
     fp_fault = 0
+    fault_alarms: list[str] = []
     st = EngineSettings()
     after_rule: list[float] = []
     predicted: dict[str, list[float]] = {c: [] for c in FAULTS}
-    for truth, found, _, _ in fault_res:
+    for sc, (truth, found, _, _) in zip(fault_scs, fault_res, strict=True):
         used: set[int] = set()
         for tr in truth:
             match = None
@@ -223,6 +224,7 @@ def main() -> None:
         for j, f in enumerate(found):
             if j not in used:
                 fp_fault += 1
+                fault_alarms.append(describe_alarm(sc, f))
                 predicted.setdefault(f.cause, []).append(0.0)
     bg_alarms = sum(len(found) for _, found, _, _ in bg_res)
     bg_days = sum(dur for *_, dur in bg_res) / 86400
@@ -278,6 +280,9 @@ def main() -> None:
     for name, value, target in rows:
         print(f"{name:45} {value:8.3f}   target {target}")
     print(f"{'false alarms in fault timelines (unmatched)':45} {fp_fault:8d}")
+    if fault_alarms:
+        print("\nunmatched alarms in fault timelines:")
+        print("\n".join(fault_alarms))
     if bg_alarms:
         print("\nbackground alarms:")
         for sc, (_, found, _, _) in zip(bg_scs, bg_res, strict=True):
