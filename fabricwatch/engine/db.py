@@ -28,6 +28,7 @@ from typing import Any
 
 from fabricwatch.engine.incidents import IncidentTransition, to_json
 from fabricwatch.errors import StoreError
+from fabricwatch.sqlite import immediate_transaction
 
 DB_FILENAME = "incidents.sqlite3"
 APPLICATION_ID = 0x46574931  # "FWI1": lets us refuse other programs' SQLite files
@@ -183,21 +184,8 @@ class IncidentDB:
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
         """An immediate write transaction, committed on success, rolled back on error."""
-        conn = self.connect()
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-        except sqlite3.Error as exc:
-            raise StoreError(f"incident database {self.path}: cannot write: {exc}") from None
-        try:
+        with immediate_transaction(self.connect(), f"incident database {self.path}") as conn:
             yield conn
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        try:
-            conn.execute("COMMIT")
-        except sqlite3.Error as exc:
-            conn.execute("ROLLBACK")
-            raise StoreError(f"incident database {self.path}: commit failed: {exc}") from None
 
     def record(self, transitions: Sequence[IncidentTransition]) -> None:
         """Persist transitions (and run the hooks) in one transaction."""

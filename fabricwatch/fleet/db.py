@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from fabricwatch.errors import StoreError
+from fabricwatch.sqlite import immediate_transaction
 
 DB_FILENAME = "fleet.sqlite3"
 APPLICATION_ID = 0x46574631  # "FWF1"
@@ -138,22 +139,9 @@ class FleetDB:
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
-        """An immediate write transaction."""
-        conn = self.connect()
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-        except sqlite3.Error as exc:
-            raise StoreError(f"fleet database {self.path}: cannot write: {exc}") from None
-        try:
+        """An immediate write transaction, committed on success, rolled back on error."""
+        with immediate_transaction(self.connect(), f"fleet database {self.path}") as conn:
             yield conn
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        try:
-            conn.execute("COMMIT")
-        except sqlite3.Error as exc:
-            conn.execute("ROLLBACK")
-            raise StoreError(f"fleet database {self.path}: commit failed: {exc}") from None
 
     def record(
         self,
