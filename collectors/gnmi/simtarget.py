@@ -37,31 +37,12 @@ from typing import Any, Literal
 import grpc
 import grpc.aio
 
-from fabricwatch.collectors.switch.simagent import PAUSE_QUANTUM_BITS, SimPort
+from fabricwatch.collectors.switch.simagent import PAUSE_QUANTUM_BITS, RateCounter, SimPort
 
 from ._proto import make_path, path_text, pb, pb_grpc, split_path
 
 Layout = Literal["openconfig", "sonic"]
 Value = int | str
-
-
-class _Counter:
-    """A counter driven by a rate: exact under rate changes, never goes back."""
-
-    __slots__ = ("rate", "t0", "v0")
-
-    def __init__(self, now: float) -> None:
-        self.v0 = 0.0
-        self.t0 = now
-        self.rate = 0.0
-
-    def value(self, now: float) -> float:
-        return self.v0 + self.rate * max(0.0, now - self.t0)
-
-    def set_rate(self, rate: float, now: float) -> None:
-        self.v0 = self.value(now)
-        self.t0 = now
-        self.rate = rate
 
 
 @dataclass
@@ -90,7 +71,7 @@ class SimTarget:
     boot_time_ns: int = 0
     version: int = 0
     """Bumped on every ON_CHANGE-relevant change (oper status, LLDP, restart)."""
-    _counters: dict[tuple[str, str], _Counter] = field(init=False, default_factory=dict)
+    _counters: dict[tuple[str, str], RateCounter] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         self.boot_time_ns = self.stamp_ns()
@@ -106,10 +87,10 @@ class SimTarget:
                 return p
         raise KeyError(name)
 
-    def _counter(self, port: str, name: str) -> _Counter:
+    def _counter(self, port: str, name: str) -> RateCounter:
         c = self._counters.get((port, name))
         if c is None:
-            c = self._counters[(port, name)] = _Counter(self.clock())
+            c = self._counters[(port, name)] = RateCounter(self.clock())
         return c
 
     def set_rate(self, port: str, counter: str, per_second: float) -> None:

@@ -59,8 +59,11 @@ _LLDP_REM = (1, 0, 8802, 1, 1, 2, 1, 4, 1, 1)
 Fault = Literal["none", "silent", "garbage", "truncated"]
 
 
-class _Integrator:
-    """A counter driven by a rate: exact under rate changes, never goes back."""
+class RateCounter:
+    """A counter driven by a rate: exact under rate changes, never goes back.
+
+    Shared by the simulated switches (SNMP here, gNMI in ``gnmi.simtarget``).
+    """
 
     __slots__ = ("rate", "t0", "v0")
 
@@ -107,7 +110,7 @@ class SimSwitch:
     lldp_port_offset: int = 0
     """lldpLocPortNum = ifIndex + offset (non-zero models Dell OS10 numbering)."""
     _start: float = field(init=False)
-    _counters: dict[tuple[int, str], _Integrator] = field(init=False, default_factory=dict)
+    _counters: dict[tuple[int, str], RateCounter] = field(init=False, default_factory=dict)
     _disc: dict[int, int] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -120,10 +123,10 @@ class SimSwitch:
                 return p
         raise KeyError(name_or_index)
 
-    def _counter(self, if_index: int, name: str) -> _Integrator:
+    def _counter(self, if_index: int, name: str) -> RateCounter:
         c = self._counters.get((if_index, name))
         if c is None:
-            c = self._counters[(if_index, name)] = _Integrator(self.clock())
+            c = self._counters[(if_index, name)] = RateCounter(self.clock())
         return c
 
     def set_rate(self, port: str | int, counter: str, per_second: float) -> None:
