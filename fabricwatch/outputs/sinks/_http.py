@@ -98,3 +98,42 @@ def user_agent() -> str:
     from fabricwatch import __version__
 
     return f"fabricwatch/{__version__}"
+
+
+class HttpSink:
+    """What every HTTP sink shares: its name, batch size, timeout and session.
+
+    Subclasses implement ``deliver``; the outbox sender reads the rest.
+    """
+
+    def __init__(
+        self, name: str, *, timeout: float, max_batch: int = 1, bearer_token: str | None = None
+    ) -> None:
+        self._name = name
+        self._timeout = timeout
+        self._max_batch = max(1, max_batch)
+        headers = {"Authorization": f"Bearer {bearer_token}"} if bearer_token else None
+        self._http = HttpTransport(timeout=timeout, headers=headers, user_agent=user_agent())
+
+    @property
+    def name(self) -> str:
+        """Sink name."""
+        return self._name
+
+    @property
+    def max_batch(self) -> int:
+        """Transitions per request when a backlog forms."""
+        return self._max_batch
+
+    @property
+    def timeout(self) -> float:
+        """Request timeout."""
+        return self._timeout
+
+    async def start(self) -> None:
+        """Open the HTTP session."""
+        await self._http.start()
+
+    async def close(self) -> None:
+        """Close the HTTP session."""
+        await self._http.close()

@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from fabricwatch.outputs.outbox import Delivery, iso
-from fabricwatch.outputs.sinks._http import HttpTransport, user_agent
+from fabricwatch.outputs.sinks._http import HttpSink
 from fabricwatch.outputs.sinks._render import (
     culprit_of,
     evidence_lines,
@@ -31,7 +31,7 @@ _LABEL_MEMORY = 10_000  # incidents whose last posted label set is remembered
 ALERTNAMES = {"stall": "FabricwatchGPUStall", "slowdown": "FabricwatchGPUSlowdown"}
 
 
-class AlertmanagerSink:
+class AlertmanagerSink(HttpSink):
     """Posts incidents as Alertmanager alerts and keeps them alive while firing."""
 
     def __init__(
@@ -48,33 +48,14 @@ class AlertmanagerSink:
         bearer_token: str | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self._name = name
+        super().__init__(name, timeout=timeout, max_batch=max_batch, bearer_token=bearer_token)
         self.url = base_url.rstrip("/") + "/api/v2/alerts"
-        self._timeout = timeout
-        self._max_batch = max(1, max_batch)
         self._resend = resend_interval
         self._resolved_resend = resolved_resend
         self._runbook = runbook_url
         self._generator = generator_url
         self._clock = clock
         self._labels: dict[str, dict[str, str]] = {}
-        headers = {"Authorization": f"Bearer {bearer_token}"} if bearer_token else None
-        self._http = HttpTransport(timeout=timeout, headers=headers, user_agent=user_agent())
-
-    @property
-    def name(self) -> str:
-        """Sink name."""
-        return self._name
-
-    @property
-    def max_batch(self) -> int:
-        """Alerts per POST."""
-        return self._max_batch
-
-    @property
-    def timeout(self) -> float:
-        """Request timeout."""
-        return self._timeout
 
     @property
     def refresh_interval(self) -> float:
@@ -124,14 +105,6 @@ class AlertmanagerSink:
         if self._generator:
             alert["generatorURL"] = self._generator
         return alert
-
-    async def start(self) -> None:
-        """Open the HTTP session."""
-        await self._http.start()
-
-    async def close(self) -> None:
-        """Close the HTTP session."""
-        await self._http.close()
 
     async def _post(self, rows: Sequence[Delivery]) -> None:
         now = self._clock()

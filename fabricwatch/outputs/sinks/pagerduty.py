@@ -15,14 +15,14 @@ from typing import Any
 
 from fabricwatch.outputs.outbox import Delivery
 from fabricwatch.outputs.settings import DEFAULT_PAGERDUTY_URL
-from fabricwatch.outputs.sinks._http import HttpTransport, user_agent
+from fabricwatch.outputs.sinks._http import HttpSink
 from fabricwatch.outputs.sinks._render import culprit_of, evidence_lines, gpus_of, runbook
 
 MAX_EVENT_BYTES = 512_000
 _SUMMARY_MAX = 1024
 
 
-class PagerDutySink:
+class PagerDutySink(HttpSink):
     """Sends trigger/resolve events keyed by the incident's dedup key."""
 
     def __init__(
@@ -37,27 +37,15 @@ class PagerDutySink:
         if not routing_key:
             msg = f"sink {name!r}: empty PagerDuty routing key"
             raise ValueError(msg)
-        self._name = name
+        super().__init__(name, timeout=timeout)
         self._key = routing_key
         self.url = url
-        self._timeout = timeout
         self._runbook = runbook_url
-        self._http = HttpTransport(timeout=timeout, user_agent=user_agent())
-
-    @property
-    def name(self) -> str:
-        """Sink name."""
-        return self._name
 
     @property
     def max_batch(self) -> int:
         """One event per request."""
         return 1
-
-    @property
-    def timeout(self) -> float:
-        """Request timeout."""
-        return self._timeout
 
     def event(self, stored: Mapping[str, Any]) -> dict[str, Any]:
         """The Events v2 body of one stored event (at most 512,000 bytes)."""
@@ -103,14 +91,6 @@ class PagerDutySink:
         while len(json.dumps(body).encode()) > MAX_EVENT_BYTES and details["evidence"]:
             details["evidence"] = details["evidence"][:-1]
         return body
-
-    async def start(self) -> None:
-        """Open the HTTP session."""
-        await self._http.start()
-
-    async def close(self) -> None:
-        """Close the HTTP session."""
-        await self._http.close()
 
     async def deliver(self, batch: Sequence[Delivery]) -> None:
         """Send each event (the sender passes one)."""

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from fabricwatch.outputs.outbox import Delivery
-from fabricwatch.outputs.sinks._http import HttpTransport, user_agent
+from fabricwatch.outputs.sinks._http import HttpSink
 from fabricwatch.outputs.sinks._render import (
     cause_text,
     culprit_of,
@@ -105,7 +105,7 @@ def _grouped(events: Sequence[Mapping[str, Any]]) -> tuple[str, str]:
     return fallback, text
 
 
-class SlackSink:
+class SlackSink(HttpSink):
     """Posts transitions to a Slack incoming webhook."""
 
     def __init__(
@@ -117,35 +117,9 @@ class SlackSink:
         max_batch: int = 20,
         runbook_url: str = "",
     ) -> None:
-        self._name = name
+        super().__init__(name, timeout=timeout, max_batch=max_batch)
         self.url = url
-        self._timeout = timeout
-        self._max_batch = max(1, max_batch)
         self._runbook = runbook_url
-        self._http = HttpTransport(timeout=timeout, user_agent=user_agent())
-
-    @property
-    def name(self) -> str:
-        """Sink name."""
-        return self._name
-
-    @property
-    def max_batch(self) -> int:
-        """Transitions grouped into one message."""
-        return self._max_batch
-
-    @property
-    def timeout(self) -> float:
-        """Request timeout."""
-        return self._timeout
-
-    async def start(self) -> None:
-        """Open the HTTP session."""
-        await self._http.start()
-
-    async def close(self) -> None:
-        """Close the HTTP session."""
-        await self._http.close()
 
     async def deliver(self, batch: Sequence[Delivery]) -> None:
         """Post one message for the batch."""

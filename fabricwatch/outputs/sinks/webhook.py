@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from fabricwatch.outputs.outbox import Delivery, iso
-from fabricwatch.outputs.sinks._http import HttpTransport, user_agent
+from fabricwatch.outputs.sinks._http import HttpSink
 
 SECRET_PREFIX = "whsec_"  # noqa: S105 - a format prefix, not a secret
 
@@ -72,7 +72,7 @@ def batch_body(batch: Sequence[Delivery], now: float) -> tuple[str, bytes]:
     return msg_id, json.dumps(body, separators=(",", ":")).encode()
 
 
-class WebhookSink:
+class WebhookSink(HttpSink):
     """POSTs signed event envelopes."""
 
     def __init__(
@@ -86,37 +86,10 @@ class WebhookSink:
         bearer_token: str | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self._name = name
+        super().__init__(name, timeout=timeout, max_batch=max_batch, bearer_token=bearer_token)
         self.url = url
         self._key = decode_secret(secret)
-        self._timeout = timeout
-        self._max_batch = max(1, max_batch)
         self._clock = clock
-        headers = {"Authorization": f"Bearer {bearer_token}"} if bearer_token else None
-        self._http = HttpTransport(timeout=timeout, headers=headers, user_agent=user_agent())
-
-    @property
-    def name(self) -> str:
-        """Sink name."""
-        return self._name
-
-    @property
-    def max_batch(self) -> int:
-        """Transitions per request when a backlog forms."""
-        return self._max_batch
-
-    @property
-    def timeout(self) -> float:
-        """Request timeout."""
-        return self._timeout
-
-    async def start(self) -> None:
-        """Open the HTTP session."""
-        await self._http.start()
-
-    async def close(self) -> None:
-        """Close the HTTP session."""
-        await self._http.close()
 
     async def deliver(self, batch: Sequence[Delivery]) -> None:
         """Sign (with this attempt's timestamp) and POST."""
