@@ -82,7 +82,14 @@ def resolve_state_dir(settings: DaemonSettings, explicit: bool) -> Path:
         raise ConfigError(msg, key="daemon.state_dir")
     xdg = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
     fallback = Path(xdg) / "fabricwatch"
-    fallback.mkdir(parents=True, exist_ok=True)
+    try:
+        fallback.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        msg = (
+            f"{settings.state_dir}: {problem}, and the fallback {fallback}: "
+            f"{exc.strerror or exc}; set daemon.state_dir to a writable directory"
+        )
+        raise ConfigError(msg, key="daemon.state_dir") from None
     log.warning(
         "state_dir_fallback", wanted=str(settings.state_dir), reason=problem, using=str(fallback)
     )

@@ -5,6 +5,8 @@ from __future__ import annotations
 import tomllib
 from pathlib import Path
 
+import pytest
+
 from fabricwatch.clock import Clock
 from fabricwatch.collectors import builtin_registry
 from fabricwatch.config import load_config, parse_config
@@ -47,3 +49,22 @@ def test_watchdog_withheld_when_ticks_stop() -> None:
     assert d.pipeline_alive()
     now[0] = 103.0  # no tick for longer than WATCHDOG_USEC
     assert not d.pipeline_alive()
+
+
+def test_state_dir_default_falls_back_explicit_fails_clearly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from fabricwatch.config import DaemonSettings
+    from fabricwatch.daemon import resolve_state_dir
+    from fabricwatch.errors import ConfigError
+
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    unusable = DaemonSettings(state_dir=blocker / "state")
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg"))
+    assert resolve_state_dir(unusable, explicit=False) == tmp_path / "xdg" / "fabricwatch"
+    with pytest.raises(ConfigError, match=r"daemon\.state_dir"):
+        resolve_state_dir(unusable, explicit=True)
+    monkeypatch.setenv("XDG_STATE_HOME", str(blocker / "xdg"))
+    with pytest.raises(ConfigError, match="fallback"):
+        resolve_state_dir(unusable, explicit=False)
