@@ -10,7 +10,7 @@ lower its confidence instead of guessing.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from fabricwatch.engine import signals as sig
@@ -84,6 +84,14 @@ class ScoreContext:
         on = window(s, self.onset - lead, min(self.now, self.onset + 60.0))
         base = window(s, self.onset - st.baseline_window, self.onset - lead - 0.001)
         return on, base
+
+    def peaks(self, family: str) -> Iterator[tuple[Series, float, float, float]]:
+        """(series, onset peak, baseline median, baseline MAD) of each series with data."""
+        for s in self.store.family(family):
+            on, base = self.windows(s)
+            if on:
+                b, m = _baseline(base)
+                yield s, max(on.values), b, m
 
 
 def _baseline(base: Window, default: float = 0.0) -> tuple[float, float]:
@@ -216,12 +224,7 @@ def score_congestion(ctx: ScoreContext) -> list[Evidence]:
     st = ctx.settings
     out: list[Evidence] = []
     for fam, what in _ECN_FAMILIES:
-        for s in ctx.store.family(fam):
-            on, base = ctx.windows(s)
-            if not on:
-                continue
-            peak = max(on.values)
-            b, m = _baseline(base)
+        for s, peak, b, m in ctx.peaks(fam):
             if peak < max(st.ecn_min_rate, 3.0 * b, b + 4.0 * m):
                 continue
             ratio = peak / max(b, 1.0)
@@ -229,12 +232,7 @@ def score_congestion(ctx: ScoreContext) -> list[Evidence]:
             culprit = _switch_culprit(s, False) if fam == sig.SW_ECN else _nic_culprit(s, False)
             text = f"{what} on {_where(culprit)}: {peak:,.0f}/s ({_times(peak, b)})"
             out.append(Evidence("ecn_congestion", fam, culprit, score, peak, b, text))
-    for s in ctx.store.family(sig.NIC_XMIT_WAIT):
-        on, base = ctx.windows(s)
-        if not on:
-            continue
-        peak = max(on.values)
-        b, _ = _baseline(base)
+    for s, peak, b, _ in ctx.peaks(sig.NIC_XMIT_WAIT):
         if peak >= 0.2 and peak >= 3.0 * b + 0.05:
             culprit = _nic_culprit(s, False)
             text = (
@@ -301,12 +299,7 @@ def score_nvlink(ctx: ScoreContext) -> list[Evidence]:
                     f"{_where(culprit)} went down",
                 )
             )
-    for s in ctx.store.family(sig.NVLINK_ERRORS):
-        on, base = ctx.windows(s)
-        if not on:
-            continue
-        peak = max(on.values)
-        b, m = _baseline(base)
+    for s, peak, b, m in ctx.peaks(sig.NVLINK_ERRORS):
         if peak >= 10.0 and peak >= 10.0 * (b + 1.0) and peak >= b + 4 * m:
             culprit = _nvlink_culprit(s)
             kind = s.label_map().get("type", "")
@@ -428,12 +421,7 @@ def score_storage(ctx: ScoreContext) -> list[Evidence]:
         return Culprit(f"storage:{path}", "storage_path", (("path", path),))
 
     for fam, what in ((sig.ST_WRITE_LAT, "write latency"), (sig.ST_PROBE_LAST, "probe latency")):
-        for s in ctx.store.family(fam):
-            on, base = ctx.windows(s)
-            if not on:
-                continue
-            peak = max(on.values)
-            b, _ = _baseline(base)
+        for s, peak, b, _ in ctx.peaks(fam):
             ratio = peak / max(b, 1e-4)
             if peak >= st.storage_latency_min and ratio >= st.storage_latency_ratio:
                 score = 0.85 + 0.1 * min(1.0, math.log10(ratio / st.storage_latency_ratio))
@@ -457,12 +445,7 @@ def score_storage(ctx: ScoreContext) -> list[Evidence]:
                     f"storage probe failed ({reason}) on {_where(culprit)}",
                 )
             )
-    for s in ctx.store.family(sig.ST_WRITE_BYTES):
-        on, base = ctx.windows(s)
-        if not on:
-            continue
-        peak = max(on.values)
-        b, _ = _baseline(base)
+    for s, peak, b, _ in ctx.peaks(sig.ST_WRITE_BYTES):
         if peak >= st.burst_min_bytes and peak >= st.burst_factor * b:
             ratio = peak / max(b, 1.0)
             score = 0.85 + 0.1 * min(1.0, math.log10(max(ratio / st.burst_factor, 1.0)) / 2.0)
