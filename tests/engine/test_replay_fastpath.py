@@ -122,3 +122,46 @@ def test_fast_and_strict_agree_on_garbage() -> None:
         assert fast == outcome(text, fast=False), text
         errors += fast[0] == "error"
     assert 300 < errors < 2700  # both outcomes well represented
+
+
+def _run_document(r: random.Random, n: int = 400) -> list[str]:
+    """A long run of one series, as exporters and promtool write them."""
+    series = r.choice(_SERIES[:5])
+    return [f"{series} {r.uniform(0, 1e6)!r} {1000 + i}" for i in range(n)]
+
+
+_BAD_IN_RUN = [
+    "{s} 0x10 {t}",
+    "{s} inf {t}",
+    '{s} 1 {t} # {{a="b"}} 1',  # exemplar
+    "{s}  1 {t}",  # two spaces
+    "{s} 1\t{t}",
+    "{s} 1 {t}\r",
+    "{s} 1",  # no timestamp
+    "{s} 1 1e999",  # infinite timestamp
+    "{s} 1 5",  # time goes back
+    "{s} 1..2 {t}",
+    "{s} 1-2 {t}",
+    "{s} 1e {t}",
+    "{s} . {t}",
+    "{s} 1 {t} 3",
+    "# a comment in the middle",
+    "",
+    "# EOF",
+    "{s} 1 {t}000",  # milliseconds: still in order
+    "{s} NaN {t}",
+]
+
+
+def test_fast_path_agrees_with_strict_on_bad_lines_inside_runs() -> None:
+    r = random.Random(99)
+    for case in range(400):
+        lines = _run_document(r, r.randint(2, 300))
+        series = lines[0].rsplit(" ", 2)[0]
+        for _ in range(r.randint(1, 2)):
+            at = r.randrange(len(lines))
+            t = lines[at].rsplit(" ", 1)[1]
+            lines.insert(at, r.choice(_BAD_IN_RUN).format(s=series, t=t))
+        text = "\n".join(lines) + "\n"
+        fast = outcome(text, fast=True)
+        assert fast == outcome(text, fast=False), (case, text[:300])
