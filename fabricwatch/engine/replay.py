@@ -710,12 +710,16 @@ def run_replay(
     n = len(samples)
     last_expire = -math.inf
     ingest = store.ingest
+    new_reading = tuple.__new__  # Reading(...) without NamedTuple's Python-level __new__
     times = [sm[0] for sm in samples]
     while i < n or t <= last + tick:
         j = bisect_right(times, t, i)
         if j > i:
             # One batch per tick, as the daemon ingests one collection at a time.
-            batch = [Reading(name, labels, value, ts) for ts, name, labels, value in samples[i:j]]
+            batch = [
+                new_reading(Reading, (name, labels, value, ts, None, None))
+                for ts, name, labels, value in samples[i:j]
+            ]
             res = ingest("replay", batch, now=t)
             result.readings += res.accepted
             result.rejected += res.rejected
