@@ -80,6 +80,8 @@ class _Episode:
     gpu_seconds: float = 0.0
     live: _Live | None = None
     next_score: float = -math.inf
+    # Whether the evidence before the onset was already checked (once).
+    pre_checked: bool = False
 
 
 class Engine:
@@ -253,6 +255,10 @@ class Engine:
         if ep.live is None:
             if kind == "stall":
                 if duration < s.min_duration_with_evidence:
+                    # Evidence before the onset is credited as one poll.
+                    if not ep.pre_checked and duration + s.tick >= s.min_duration_with_evidence:
+                        ep.pre_checked = True
+                        self._open_if_preceded(ep, bad, now=now, out=out)
                     return ep
                 attr, missing = self._score(ep, now)
                 strong = attr.cause != "unknown" and attr.score >= s.strong_evidence
@@ -299,6 +305,28 @@ class Engine:
             out.append(IncidentTransition("updated", self._wall(now), inc))
         live.incident = inc
         return ep
+
+    def _open_if_preceded(
+        self, ep: _Episode, bad: list[GpuState], *, now: float, out: list[IncidentTransition]
+    ) -> None:
+        """Open on the stall's first poll when strong evidence came first.
+
+        A fault usually shows before its victims stall: a pause storm blocks
+        traffic, an NVLink drops, and the collectives hang on the next poll.
+        Strong evidence of one cause before the stall onset (credited as one
+        poll, however long it lasted) plus the stalled poll is the same
+        two-poll confirmation the fast path asks of a stall seen on two
+        polls (``min_duration_with_evidence`` of one tick); evidence that appears only with
+        the idle poll (a checkpoint burst, a link that went down with it)
+        still needs the second idle poll.
+        """
+        s = self.settings
+        pre, _ = self._score(ep, ep.onset - 1e-3)
+        if pre.cause == "unknown" or pre.score < s.strong_evidence:
+            return
+        attr, missing = self._score(ep, now)
+        if attr.cause == pre.cause and attr.score >= s.strong_evidence:
+            self._open(ep, attr, missing, bad, now=now, out=out)
 
     def _stall_onset(self, bad: list[GpuState]) -> float:
         """When the node stall began: its first idle GPU's onset, unless that

@@ -50,6 +50,17 @@ def test_opening_latency_within_two_ticks_after_min_duration() -> None:
         assert opened.at - truth.onset <= limit + 2.0, (cause, opened.at - truth.onset)
 
 
+@pytest.mark.parametrize("cause", ["pfc_storm", "nvlink_degraded", "link_down", "checkpoint_write"])
+def test_strong_evidence_opens_within_two_ticks_of_fault_onset(cause: str) -> None:
+    # Storms and NVLink drops stall the GPUs a poll after the fault: the poll
+    # of evidence before the stall counts, so they open as fast as the rest.
+    for seed in (3, 4, 5):
+        sc, truth = one_fault(cause, seed=seed)
+        opened = next(t for t in run_live(sc) if t.kind == "opened")
+        assert opened.incident.cause == cause
+        assert opened.at - truth.onset <= 2.0, (cause, seed, opened.at - truth.onset)
+
+
 @pytest.mark.parametrize(
     "confounder",
     [
@@ -75,8 +86,22 @@ def test_healthy_hour_has_no_incident() -> None:
 
 
 def test_brief_dip_with_evidence_below_fast_path_is_not_an_incident() -> None:
-    sc = Scenario(duration=300, injections=[Injection("pfc_storm", 200, 2)], seed=4)
+    # A checkpoint burst shows with the idle poll, not before it: one idle
+    # poll is one poll of the condition, below the 2-poll fast path.
+    sc = Scenario(duration=300, injections=[Injection("checkpoint_write", 200, 1)], seed=4)
     assert run(sc) == []
+
+
+def test_evidence_before_the_stall_counts_as_one_poll_of_the_fast_path() -> None:
+    # A 2 s storm: paused at t=200 and 201, the job's GPUs idle at 201 only
+    # (they stall a poll after the fault). Storm poll + victim poll = 2 polls.
+    sc = Scenario(duration=300, injections=[Injection("pfc_storm", 200, 2)], seed=4)
+    trs = run_live(sc)
+    opened = [t for t in trs if t.kind == "opened"]
+    assert [t.incident.cause for t in opened] == ["pfc_storm"]
+    assert opened[0].at - (sc.start_ts + 200) <= 2.0
+    # ...but the credit is one poll: a longer fast path still needs idle polls.
+    assert run(sc, EngineSettings(min_duration_with_evidence=2.0)) == []
 
 
 def test_flapping_link_is_one_incident() -> None:
