@@ -161,7 +161,8 @@ def _new_events(s: Series, ctx: ScoreContext, on: Window) -> float:
     start = ctx.onset - ctx.settings.onset_lead
     if s.value > 0 and s.updated >= start:
         oldest = s.history[0].ts if s.history else s.updated
-        if oldest >= start - 2 * ctx.settings.sample_max_age:
+        # A series born after ``now`` (scoring an earlier moment) had no events yet.
+        if start - 2 * ctx.settings.sample_max_age <= oldest <= ctx.now:
             return s.value
     return 0.0
 
@@ -307,6 +308,96 @@ def score_nvlink(ctx: ScoreContext) -> list[Evidence]:
                 f"NVLink {kind} error burst on {_where(culprit)}: {peak:,.0f}/s ({_times(peak, b)})"
             )
             out.append(Evidence("nvlink_degraded", s.spec.name, culprit, 0.85, peak, b, text))
+    return out
+
+
+def _work_kept(ctx: ScoreContext, gpu: str, lo: float, hi: float) -> bool:
+    """Whether ``gpu`` kept computing in [lo, hi] (SM activity, else power).
+
+    Unknown (no work series, or no baseline) counts as kept: the peer test
+    alone then decides.
+    """
+    st = ctx.settings
+    for fam in (sig.GPU_SM, sig.GPU_POWER):
+        s = ctx.store.get(fam, (gpu,))
+        if s is None:
+            continue
+        pre = window(s, lo, hi)
+        base = window(s, ctx.onset - st.baseline_window, ctx.onset - st.onset_lead - 0.001)
+        if not pre or not base:
+            continue
+        return median(pre.values) >= 0.5 * median(base.values)
+    return True
+
+
+def score_nvlink_throughput(ctx: ScoreContext) -> list[Evidence]:
+    """One GPU's NVLink traffic collapsing before the stall while its peers' does not.
+
+    Once a job stalls every GPU's NVLink traffic is ~0, whatever the cause
+    (a checkpoint, a pause storm): that says nothing. What points at NVLink
+    is a link (or a GPU's total, as dcgm-exporter reports it) that fell to
+    ``nvlink_collapse_ratio`` of its own baseline or less on the polls
+    *before* the stall onset, while the other GPUs' links still carried
+    their usual traffic and its own GPU still computed (a GPU that stopped
+    computing stops talking: that is a GPU fault, not a link).
+    """
+    st = ctx.settings
+    # The last polls before the onset: earlier ones may predate the fault.
+    lo = ctx.onset - min(st.onset_lead, 2.5 * st.tick)
+    hi = min(ctx.now, ctx.onset - 1e-3)
+    if hi < lo:
+        return []
+    found: dict[tuple[str, str], list[tuple[Series, float, float, float]]] = {}
+    for fam in (sig.NVLINK_TX, sig.NVLINK_RX):
+        rows: list[tuple[Series, float, float, float]] = []  # (series, ratio, level, baseline)
+        for s in ctx.store.family(fam):
+            base = window(s, ctx.onset - st.baseline_window, ctx.onset - st.onset_lead - 0.001)
+            if len(base.values) < 3:
+                continue
+            b = median(base.values)
+            if b < st.nvlink_min_bytes:
+                continue  # a link that carries nothing cannot collapse
+            pre = window(s, lo, hi)
+            if pre:
+                level = median(pre.values)
+                rows.append((s, level / b, level, b))
+        for s, ratio, level, b in rows:
+            gpu = s.labels[0]
+            peers = [r for p, r, _, _ in rows if p.labels[0] != gpu]
+            if not peers:
+                continue  # alone on the node: a collapse cannot stand out
+            peer = median(peers)
+            if peer < 1.0 - st.nvlink_collapse_ratio / 2:
+                continue  # the peers fell too: a node-wide change, not one link
+            if ratio > st.nvlink_collapse_ratio or ratio > 0.6 * peer:
+                continue
+            found.setdefault((fam, gpu), []).append((s, ratio, level, b))
+    out: list[Evidence] = []
+    kept: dict[str, bool] = {}
+    for (fam, gpu), hits in sorted(found.items()):
+        if gpu not in kept:
+            kept[gpu] = _work_kept(ctx, gpu, lo, hi)
+        if not kept[gpu]:
+            continue
+        direction = "transmit" if fam == sig.NVLINK_TX else "receive"
+        links = sorted({s.labels[1] for s, *_ in hits})
+        ratio = max(r for _, r, _, _ in hits)
+        level = sum(lv for _, _, lv, _ in hits)
+        b = sum(bb for *_, bb in hits)
+        if len(links) == 1 and links[0] != "total":
+            culprit = _nvlink_culprit(hits[0][0])
+        else:
+            culprit = Culprit(f"gpu:{gpu}", "gpu", (("gpu", gpu),))
+        # ~0 scores higher than a halving; either is strong next to busy peers.
+        depth = min(1.0, max(0.0, (st.nvlink_collapse_ratio - ratio) / st.nvlink_collapse_ratio))
+        score = 0.8 + 0.06 * depth
+        what = "NVLink" if links == ["total"] else f"NVLink {', '.join(links)}"
+        text = (
+            f"GPU {gpu} {what} {direction} collapsed to {ratio:.0%} of its baseline "
+            f"({level / 1e9:,.1f} of {b / 1e9:,.1f} GB/s) before the stall while other GPUs' "
+            f"links kept their traffic"
+        )
+        out.append(Evidence("nvlink_degraded", fam, culprit, score, level, b, text))
     return out
 
 
@@ -476,6 +567,7 @@ SCORERS: tuple[Scorer, ...] = (
     score_congestion,
     score_links,
     score_nvlink,
+    score_nvlink_throughput,
     score_storage,
 )
 

@@ -143,8 +143,10 @@ class Scenario:
         for inj in self.normalized():
             if inj.what not in FAULTS:
                 continue
-            onset = self.start_ts + inj.start
-            end = onset + inj.duration
+            end = self.start_ts + inj.start + inj.duration
+            # A collapsing NVLink degrades first; the stall (the incident)
+            # begins when the collectives hang.
+            onset = min(self.start_ts + inj.start + nvlink_collapse_lead(inj), end - 1)
             gpu = str(inj.target % n.gpus)
             culprits: tuple[str, ...]
             if inj.what == "pfc_storm":
@@ -182,6 +184,21 @@ class Scenario:
     def steps(self) -> Iterator[tuple[float, list[tuple[str, list[Reading]]]]]:
         """Per simulated second: the engine tick time and each collector's batch."""
         return _Sim(self).run()
+
+
+def nvlink_collapse_lead(inj: Injection) -> int:
+    """Seconds an NVLink throughput collapse precedes the hang it causes.
+
+    ``nvlink_degraded`` variants ``3 (mod 4)`` show no link-down, no error
+    burst and no XID: the link stays up while its throughput falls to
+    ``0.4 * (1 - magnitude)`` of normal (less than half: -60 % down to ~0); its GPU and the
+    others keep computing (slightly slower, waiting on it) for 2-5 s, then
+    the collectives hang and every rank's SM activity and NVLink go to ~0
+    (stalls-and-anchors.md §7, S5). Zero for every other injection.
+    """
+    if inj.what != "nvlink_degraded" or inj.variant % 4 != 3:
+        return 0
+    return 2 + int(3 * min(max(inj.magnitude, 0.0), 1.0))
 
 
 class _Sim:
@@ -237,6 +254,7 @@ class _Sim:
         link_up = 1.0
         downed = 0.0
         nvl_up: dict[tuple[str, str], float] = {}
+        nvl_scale: dict[tuple[str, str], float] = {}
         nvl_err: dict[tuple[str, str], float] = {}
         xids: list[tuple[str, int]] = []
         unhealthy: set[str] = set()
@@ -284,6 +302,14 @@ class _Sim:
                     link_up = 0.0
                     net = 0.0
                     act = 0.0
+            elif w == "nvlink_degraded" and inj.variant % 4 == 3:
+                g = str(inj.target % n.gpus)
+                nvl_scale[(g, str(inj.variant % n.links_per_gpu))] = 0.4 * (1 - m)
+                if t < nvlink_collapse_lead(inj):
+                    act = min(act, 0.85)
+                else:
+                    act = 0.0
+                    net = 0.05
             elif w == "nvlink_degraded":
                 g = str(inj.target % n.gpus)
                 link = str(inj.variant % n.links_per_gpu)
@@ -400,6 +426,7 @@ class _Sim:
                     lk = (g, link)
                     up = nvl_up.get(lk, 1.0)
                     bw = self.nvl_bw * val / self.base_sm * (0.8 + 0.4 * r.random()) * up
+                    bw *= nvl_scale.get(lk, 1.0)
                     self._count(rs, sig.NVLINK_TX, lk, bw, ts=ts, miss=miss)
                     self._count(
                         rs, sig.NVLINK_RX, lk, bw * (0.9 + 0.2 * r.random()), ts=ts, miss=miss

@@ -138,6 +138,19 @@ class EngineSettings:
     ecn_min_rate: float = option(
         500.0, "ECN marks/CNPs per second below this are no evidence.", min=0.0
     )
+    nvlink_collapse_ratio: float = option(
+        0.5,
+        "NVLink traffic at or below this share of its own baseline just before a stall, while "
+        "the other GPUs' links keep theirs, is a collapsed link.",
+        min=0.0,
+        max=1.0,
+    )
+    nvlink_min_bytes: float = option(
+        100e6,
+        "NVLink links with a baseline below this (bytes/s) are never a collapsed link.",
+        min=0.0,
+        size=True,
+    )
     storage_latency_ratio: float = option(
         10.0, "Write latency this many times its baseline is slow storage.", min=1.0
     )

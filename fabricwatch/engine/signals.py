@@ -111,8 +111,8 @@ FAMILY_GROUPS: Mapping[str, tuple[str, ...]] = {
     "nic_pfc": (NIC_PFC_RATIO, NIC_PFC_FRAMES),
     "congestion": (NIC_ECN, NIC_CNP_SENT, NIC_CNP_HANDLED, SW_ECN, NIC_XMIT_WAIT),
     "link": (NIC_LINK_UP, NIC_LINK_DOWNED, SW_PORT_UP),
-    # Only what the NVLink scorer reads: byte counters alone give no evidence.
-    "nvlink": (NVLINK_UP, NVLINK_ERRORS),
+    # Byte counters: one GPU's traffic collapsing while its peers' does not.
+    "nvlink": (NVLINK_UP, NVLINK_ERRORS, NVLINK_TX, NVLINK_RX),
     "xid": (GPU_XID, GPU_HEALTHY),
     "storage": (ST_WRITE_LAT, ST_WRITE_BYTES, ST_PROBE_LAST, ST_PROBE_FAIL, ST_WRITE_BURST),
 }
@@ -122,8 +122,9 @@ ENGINE_FAMILIES: frozenset[str] = frozenset(
     {GPU_POWER_LIMIT, GPU_MEM, GPU_PROCS, GPU_JOB}.union(*FAMILY_GROUPS.values())
 )
 """Every family the engine reads (tested against what it actually touches).
-Replay stores only these: byte counters of NVLink (18 links per GPU), NICs and
-switch ports are most of a node's samples and no scorer reads them."""
+Replay stores only these: byte counters of NICs and switch ports are many of a
+node's samples and no scorer reads them. NVLink byte counters are read (the
+throughput-collapse scorer), at up to 18 links x 2 directions per GPU."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -62,9 +62,11 @@ def test_engine_reads_only_engine_families() -> None:
         engine.readings()
     assert opened == 3
     assert store.read <= sig.ENGINE_FAMILIES, store.read - sig.ENGINE_FAMILIES
-    # What replay may skip (most of a node's samples) really is skipped.
-    assert sig.NVLINK_TX not in sig.ENGINE_FAMILIES
+    # The NVLink throughput scorer reads the byte counters...
+    assert {sig.NVLINK_TX, sig.NVLINK_RX} <= store.read
+    # ...and what replay may skip (many of a node's samples) really is skipped.
     assert sig.NIC_TX_BYTES not in sig.ENGINE_FAMILIES
+    assert sig.SW_TX_BYTES not in sig.ENGINE_FAMILIES
 
 
 def test_replay_skips_unread_families_with_the_same_result() -> None:
