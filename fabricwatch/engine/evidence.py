@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 
 from fabricwatch.engine import signals as sig
 from fabricwatch.engine.settings import EngineSettings
@@ -311,6 +312,33 @@ def score_nvlink(ctx: ScoreContext) -> list[Evidence]:
     return out
 
 
+def _level(values: Sequence[float], trim: float = 0.1) -> float:
+    """Trimmed mean: robust to a stray sample, but unlike a median it does not
+    jump between the levels of a bimodal window (work / straggler waits /
+    an evaluation phase), which would make one GPU's baseline differ from
+    its peers' by chance."""
+    v = sorted(values)
+    k = int(len(v) * trim)
+    kept = v[k : len(v) - k] or v
+    return sum(kept) / len(kept)
+
+
+def _fresh_rates(
+    s: Series, lo: float, hi: float, tick: float
+) -> list[tuple[tuple[int, int], float]]:
+    """((start poll, end poll), rate) of the rates ending in [lo, hi] and
+    measured from no earlier than one tick before ``lo``: a rate after
+    missing samples is the average over the gap, and from further back it
+    mixes in a time before the window (a GPU idle then and busy now reads
+    half-busy, not collapsed)."""
+    w = window(s, lo - 3 * tick, hi)
+    return [
+        ((round(t0 / tick), round(t1 / tick)), v)
+        for (t0, t1), v in zip(pairwise(w.times), w.values[1:], strict=True)
+        if t1 >= lo and t0 >= lo - tick
+    ]
+
+
 def _work_kept(ctx: ScoreContext, gpu: str, lo: float, hi: float) -> bool:
     """Whether ``gpu`` kept computing in [lo, hi] (SM activity, else power).
 
@@ -326,7 +354,7 @@ def _work_kept(ctx: ScoreContext, gpu: str, lo: float, hi: float) -> bool:
         base = window(s, ctx.onset - st.baseline_window, ctx.onset - st.onset_lead - 0.001)
         if not pre or not base:
             continue
-        return median(pre.values) >= 0.5 * median(base.values)
+        return _level(pre.values) >= 0.5 * _level(base.values)
     return True
 
 
@@ -347,31 +375,44 @@ def score_nvlink_throughput(ctx: ScoreContext) -> list[Evidence]:
     hi = min(ctx.now, ctx.onset - 1e-3)
     if hi < lo:
         return []
+    limit = st.nvlink_collapse_ratio
     found: dict[tuple[str, str], list[tuple[Series, float, float, float]]] = {}
     for fam in (sig.NVLINK_TX, sig.NVLINK_RX):
-        rows: list[tuple[Series, float, float, float]] = []  # (series, ratio, level, baseline)
+        # Per measured interval (rates as shares of their own baseline): a
+        # link is compared with the other GPUs' links over *the same
+        # interval*, so a drop every GPU shares (a slowdown starting, a
+        # straggler wait) cancels out whichever samples happen to be missing.
+        polls: dict[tuple[int, int], list[tuple[str, float]]] = {}
+        rows: list[tuple[Series, float, list[tuple[tuple[int, int], float]]]] = []
         for s in ctx.store.family(fam):
             base = window(s, ctx.onset - st.baseline_window, ctx.onset - st.onset_lead - 0.001)
             if len(base.values) < 3:
                 continue
-            b = median(base.values)
+            b = _level(base.values)
             if b < st.nvlink_min_bytes:
                 continue  # a link that carries nothing cannot collapse
-            pre = window(s, lo, hi)
+            pre = [(span, v / b) for span, v in _fresh_rates(s, lo, hi, st.tick)]
+            for poll, ratio in pre:
+                polls.setdefault(poll, []).append((s.labels[0], ratio))
             if pre:
-                level = median(pre.values)
-                rows.append((s, level / b, level, b))
-        for s, ratio, level, b in rows:
+                rows.append((s, b, pre))
+        for s, b, pre in rows:
+            if any(ratio > limit for _, ratio in pre):
+                continue  # collapsed on every poll before the onset, or not at all
             gpu = s.labels[0]
-            peers = [r for p, r, _, _ in rows if p.labels[0] != gpu]
-            if not peers:
-                continue  # alone on the node: a collapse cannot stand out
-            peer = median(peers)
-            if peer < 1.0 - st.nvlink_collapse_ratio / 2:
-                continue  # the peers fell too: a node-wide change, not one link
-            if ratio > st.nvlink_collapse_ratio or ratio > 0.6 * peer:
-                continue
-            found.setdefault((fam, gpu), []).append((s, ratio, level, b))
+            matched = 0
+            for poll, ratio in pre:
+                peers = [r for g, r in polls[poll] if g != gpu]
+                if not peers:
+                    continue  # no peer measured this interval (or a lone GPU)
+                peer = median(peers)
+                if peer < 1.0 - limit or ratio > 0.6 * peer:
+                    matched = 0  # the peers fell too (node-wide) or no standout
+                    break
+                matched += 1
+            if matched:
+                ratio = _level([r for _, r in pre])
+                found.setdefault((fam, gpu), []).append((s, ratio, ratio * b, b))
     out: list[Evidence] = []
     kept: dict[str, bool] = {}
     for (fam, gpu), hits in sorted(found.items()):

@@ -183,3 +183,20 @@ def test_scorer_gpu_total_as_dcgm_reports_it() -> None:
     assert (ev.cause, ev.culprit.key, ev.culprit.kind) == ("nvlink_degraded", "gpu:6", "gpu")
     assert ev.score >= EngineSettings().strong_evidence
     assert "GPU 6 NVLink transmit collapsed to 33%" in ev.text
+
+
+@pytest.mark.parametrize("seed", [2, 6, 8, 10])
+def test_straggler_waits_in_an_evaluation_phase_are_not_a_collapsed_link(seed: int) -> None:
+    # Found by engine_eval's background (seed 100005): GPUs idle together
+    # every few seconds, and with samples missing one GPU's baseline median
+    # or its gap-spanning rate made it look collapsed next to its peers.
+    sc = Scenario(
+        duration=330,
+        injections=[
+            Injection("straggler", 100, 230, magnitude=0.38),
+            Injection("eval_phase", 174, 109, magnitude=0.19),
+            Injection("eval_dip", 228, 2),
+        ],
+        seed=seed,
+    )
+    assert run_live(sc) == []
