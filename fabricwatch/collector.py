@@ -58,6 +58,15 @@ class CollectorSettings:
         StartupPolicy.RETRY, "On start failure: error (refuse to run), ignore, or retry."
     )
 
+    def sources(self) -> frozenset[str]:
+        """What this collector polls that no other enabled collector may poll too.
+
+        Names like ``switch 'leaf1'``: two collectors feeding the same
+        series would interleave their counters (each source counts from its
+        own base, so the rates would read as resets). Empty by default.
+        """
+        return frozenset()
+
 
 @dataclass(frozen=True, slots=True)
 class CollectorEnv:

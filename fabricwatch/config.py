@@ -172,7 +172,25 @@ def parse_config(data: dict[str, Any], registry: Registry, *, source: str | None
             source=source,
             defaults={"enabled": factory.default_enabled},
         )
+    _check_sources(collectors, source)
     return Config(collectors=collectors, source=source, **sections)
+
+
+def _check_sources(collectors: dict[str, CollectorSettings], source: str | None) -> None:
+    """No switch (or other device) polled by two enabled collectors."""
+    owners: dict[str, str] = {}
+    for name, settings in collectors.items():
+        if not settings.enabled:
+            continue
+        for what in sorted(settings.sources()):
+            other = owners.setdefault(what, name)
+            if other != name:
+                raise ConfigError(
+                    f"{what} is configured in collectors.{other} too: both would feed the "
+                    f"same series; keep it in one of them",
+                    path=source,
+                    key=f"collectors.{name}",
+                )
 
 
 def load_config(path: Path | None, registry: Registry) -> Config:

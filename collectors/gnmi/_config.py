@@ -132,3 +132,7 @@ class GnmiSettings(CollectorSettings):
     def stale_seconds(self) -> float:
         """The effective staleness limit."""
         return self.stale_after or 3.0 * self.interval + 2.0
+
+    def sources(self) -> frozenset[str]:
+        """Each target switch, by name (see :meth:`CollectorSettings.sources`)."""
+        return frozenset(f"switch {t.name!r}" for t in self.targets)

@@ -113,3 +113,7 @@ class SwitchSettings(CollectorSettings):
         if dupes:
             msg = f"duplicate switch target names: {', '.join(dupes)}"
             raise ValueError(msg)
+
+    def sources(self) -> frozenset[str]:
+        """Each target switch, by name (see :meth:`CollectorSettings.sources`)."""
+        return frozenset(f"switch {t.name!r}" for t in self.targets)

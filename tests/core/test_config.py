@@ -186,3 +186,31 @@ def test_node_name_from_config_then_environment_then_hostname(
     monkeypatch.setenv("FABRICWATCH_NODE", "gpu-node-17")
     assert DaemonSettings().node_name() == "gpu-node-17"
     assert DaemonSettings(node="explicit").node_name() == "explicit"
+
+
+def test_one_switch_in_two_collectors_is_an_error(tmp_path: Path) -> None:
+    from fabricwatch.collectors import builtin_registry
+
+    both = """
+[collectors.switch]
+enabled = true
+[[collectors.switch.targets]]
+name = "leaf1"
+host = "127.0.0.1"
+[collectors.gnmi]
+enabled = true
+[[collectors.gnmi.targets]]
+name = "{name}"
+host = "127.0.0.1"
+insecure = true
+"""
+    registry = builtin_registry()
+    clash = r"switch 'leaf1' is configured in collectors\.switch too"
+    with pytest.raises(ConfigError, match=clash):
+        load_config(_write(tmp_path, both.format(name="leaf1")), registry)
+    # Different switches, or the same one with one collector disabled, are fine.
+    load_config(_write(tmp_path, both.format(name="leaf2")), registry)
+    one_off = both.format(name="leaf1").replace(
+        "[collectors.gnmi]\nenabled = true", "[collectors.gnmi]\nenabled = false"
+    )
+    assert not load_config(_write(tmp_path, one_off), registry).collectors["gnmi"].enabled
