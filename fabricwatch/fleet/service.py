@@ -52,7 +52,13 @@ from fabricwatch.outputs.alerting import METRICS as ALERT_METRICS
 from fabricwatch.outputs.alerting import MQTT_CONNECTED, MQTT_CONNECTS, outbox_readings
 from fabricwatch.outputs.exposition import ReloadStatus, build_registry
 from fabricwatch.outputs.mqtt import tls_context, topic_segment
-from fabricwatch.outputs.outbox import Outbox, OutboxSender, RetryPolicy, TokenBucket
+from fabricwatch.outputs.outbox import (
+    Outbox,
+    OutboxSender,
+    RetryPolicy,
+    TokenBucket,
+    settle_pending,
+)
 from fabricwatch.outputs.settings import AlertingSettings, MqttSettings
 from fabricwatch.outputs.sinks import Route, Router, build_sinks
 from fabricwatch.outputs.web import Route as WebRoute
@@ -547,10 +553,12 @@ class FleetAggregator:
 
         def told(conn: sqlite3.Connection) -> None:
             router.route(conn, transition, now, doc)
-            conn.execute(
-                "UPDATE outbox SET state = 'delivered', done_at = ?, last_error = ? "
-                "WHERE incident_key = ? AND state = 'pending' AND revision <= ?",
-                (now, f"delivered by peer replica {peer}", str(doc["key"]), int(doc["revision"])),
+            settle_pending(
+                conn,
+                str(doc["key"]),
+                up_to_revision=int(doc["revision"]),
+                now=now,
+                reason=f"delivered by peer replica {peer}",
             )
 
         self.db.record("adopted", now, doc, told)
@@ -595,19 +603,23 @@ class FleetAggregator:
             if doc.get("owner") != self.replica
         }
         rows = self.outbox.rows(state="pending")
-        stale = [
-            d.id
+        stale = {
+            d.incident_key
             for d in rows
             if d.incident_key in by_key and int(by_key[d.incident_key]["revision"]) >= d.revision
-        ]
+        }
         if stale:
+            settled = 0
             with self.outbox.transaction() as conn:
-                conn.executemany(
-                    "UPDATE outbox SET state = 'delivered', done_at = ?, last_error = ? "
-                    "WHERE id = ? AND state = 'pending'",
-                    [(self._wall(), "superseded: a peer replica took over", i) for i in stale],
-                )
-            log.info("fleet_outbox_superseded", rows=len(stale))
+                for key in sorted(stale):
+                    settled += settle_pending(
+                        conn,
+                        key,
+                        up_to_revision=int(by_key[key]["revision"]),
+                        now=self._wall(),
+                        reason="superseded: a peer replica took over",
+                    )
+            log.info("fleet_outbox_superseded", rows=settled)
 
     # -- metrics and API -----------------------------------------------------------
 

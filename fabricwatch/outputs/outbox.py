@@ -170,6 +170,27 @@ def enqueue(conn: sqlite3.Connection, sink: str, event: Mapping[str, Any], *, no
     return cur.rowcount > 0
 
 
+def settle_pending(
+    conn: sqlite3.Connection,
+    incident_key: str,
+    *,
+    up_to_revision: int,
+    now: float,
+    reason: str,
+) -> int:
+    """Mark an incident's pending rows up to a revision as delivered by someone
+    else (a peer replica that paged them), with ``reason`` kept as the note.
+
+    Call it inside the transaction that decided so. Returns the rows settled.
+    """
+    cur = conn.execute(
+        "UPDATE outbox SET state = 'delivered', done_at = ?, last_error = ? "
+        "WHERE incident_key = ? AND state = 'pending' AND revision <= ?",
+        (now, reason[:500], incident_key, int(up_to_revision)),
+    )
+    return cur.rowcount
+
+
 def has_incident(conn: sqlite3.Connection, sink: str, incident_key: str) -> bool:
     """Whether ``sink`` was already sent (or queued) anything about this incident."""
     row = conn.execute(

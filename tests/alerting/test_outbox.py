@@ -26,6 +26,7 @@ from fabricwatch.outputs.outbox import (
     dedup_key,
     enqueue,
     event_id,
+    settle_pending,
 )
 from fabricwatch.outputs.sinks import Route, Router, SlackSink, WebhookSink
 from tests.alerting.conftest import Receiver, make_incident, new_secret, opened, resolved
@@ -106,6 +107,34 @@ def test_enqueue_is_idempotent_and_survives_reopen(tmp_path: Path) -> None:
     assert len(rows) == 1
     assert rows[0].event()["data"]["key"] == "k1"
     assert rows[0].event()["type"] == "incident.opened"
+
+
+def test_settle_pending_marks_only_that_incidents_rows_up_to_the_revision(
+    tmp_path: Path,
+) -> None:
+    box = Outbox.open(tmp_path / "o.db")
+    with box.transaction() as conn:
+        for key, rev in (("k1", 1), ("k1", 2), ("k1", 3), ("k2", 1)):
+            ev = build_event(
+                transition="updated",
+                at=float(rev),
+                incident=to_json(make_incident(key, revision=rev)),
+                cluster="c",
+                severity="critical",
+            )
+            assert enqueue(conn, "s", ev, now=1.0)
+    (dead,) = [d.id for d in box.rows() if (d.incident_key, d.revision) == ("k1", 1)]
+    box.mark_dead([dead], "gone")  # already given up on: stays dead
+    with box.transaction() as conn:
+        n = settle_pending(conn, "k1", up_to_revision=2, now=9.0, reason="paged by peer r2")
+    assert n == 1  # rev 2 only: rev 1 is dead, rev 3 is newer, k2 is another incident
+    state = {(d.incident_key, d.revision): (d.state, d.last_error) for d in box.rows()}
+    assert state == {
+        ("k1", 1): ("dead", "gone"),
+        ("k1", 2): ("delivered", "paged by peer r2"),
+        ("k1", 3): ("pending", None),
+        ("k2", 1): ("pending", None),
+    }
 
 
 def test_newer_schema_is_refused(tmp_path: Path) -> None:
