@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import io
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 
 from fabricwatch.engine import signals as sig
 from fabricwatch.engine.core import Engine
 from fabricwatch.engine.replay import Mapper, parse_openmetrics, run_replay, write_openmetrics
 from fabricwatch.engine.scenarios import COLLECTOR_OF, Injection, Scenario, flatten, run_live
 from fabricwatch.engine.settings import EngineSettings
+from fabricwatch.readings import MetricSpec
 from fabricwatch.store import Series, SnapshotStore
 
 
@@ -83,3 +85,24 @@ def test_replay_skips_unread_families_with_the_same_result() -> None:
     assert [(t.kind, t.at, t.incident) for t in res.transitions] == [
         (t.kind, t.at, t.incident) for t in live
     ]
+
+
+def test_collectors_export_engine_families_with_the_engines_label_order(
+    tmp_path: Path,
+) -> None:
+    """The engine reads labels by position (``labels[0]`` is the GPU): a
+    collector declaring an engine family with another kind, label order or
+    counter width would be misread live while replay (which registers the
+    engine's own specs) looked fine."""
+    from dashboards.catalogue import declared_specs
+
+    exported: dict[str, list[tuple[str, MetricSpec]]] = {}
+    for collector, specs in declared_specs(tmp_path).items():
+        for spec in specs:
+            exported.setdefault(spec.name, []).append((collector, spec))
+    for name in sorted(sig.ENGINE_FAMILIES):
+        want = sig.SIGNAL_SPECS[name]
+        assert exported.get(name), f"no collector exports {name}"
+        for collector, spec in exported[name]:
+            got = (spec.kind, spec.labels, spec.bits)
+            assert got == (want.kind, want.labels, want.bits), (collector, name)
