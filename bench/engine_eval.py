@@ -358,11 +358,14 @@ def main() -> None:
             for f in found:
                 print(describe_alarm(sc, f))
     print_episodes(ep_scs, ep_res)
-    print(
-        f"\nbackground: {bg_alarms} alarm(s) in {bg_days:.1f} node-days; "
-        f"the issue asks for >= 100 node-days: run with --background-node-days 100 "
-        f"(~{cpu / max(bg_days + fault_hours / 24, 1e-9) * 100 / 3600:.1f} CPU-hours)"
-    )
+    hint = ""
+    if bg_days < 100:
+        cost = cpu / max(bg_days + fault_hours / 24, 1e-9) * 100 / 3600
+        hint = (
+            "; the issue asks for >= 100 node-days: run with --background-node-days 100 "
+            f"(~{cost:.1f} CPU-hours)"
+        )
+    print(f"\nbackground: {bg_alarms} alarm(s) in {bg_days:.1f} node-days{hint}")
 
 
 if __name__ == "__main__":
