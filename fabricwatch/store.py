@@ -19,6 +19,8 @@ from fabricwatch.counters import CounterState, Rate, TrackerSettings
 from fabricwatch.readings import HistogramValue, MetricKind, MetricSpec, Reading
 
 SeriesKey = tuple[str, tuple[str, ...]]
+_Route = tuple[MetricSpec, dict[tuple[str, ...], "Series"], bool]
+"""(spec, the family's series by labels, whether it is a counter), per family a collector feeds."""
 
 
 class Point(NamedTuple):
@@ -93,7 +95,7 @@ class SnapshotStore:
         # Per collector: family name -> (spec, its series by labels), for the
         # families that collector may feed; one dict lookup per reading instead
         # of three. Rebuilt lazily after every register().
-        self._routes: dict[str, dict[str, tuple[MetricSpec, dict[tuple[str, ...], Series]]]] = {}
+        self._routes: dict[str, dict[str, _Route]] = {}
 
     def register(self, collector: str, specs: Iterable[MetricSpec]) -> None:
         """Declare the families a collector produces. Names are unique across collectors."""
@@ -110,9 +112,9 @@ class SnapshotStore:
             self._by_name.setdefault(spec.name, {})
         self._routes.clear()
 
-    def _route(self, collector: str) -> dict[str, tuple[MetricSpec, dict[tuple[str, ...], Series]]]:
+    def _route(self, collector: str) -> dict[str, _Route]:
         routes = {
-            name: (spec, self._by_name[name])
+            name: (spec, self._by_name[name], spec.kind is MetricKind.COUNTER)
             for name, spec in self._specs.items()
             if collector in self._owners[name]
         }
@@ -136,32 +138,34 @@ class SnapshotStore:
         series_map = self._series
         tracker = self._tracker
         history = self._history
-        counter, histogram = MetricKind.COUNTER, MetricKind.HISTOGRAM
+        histogram = MetricKind.HISTOGRAM
         isfinite = math.isfinite
         new_point = tuple.__new__  # Point(...) without NamedTuple's Python-level __new__
         accepted = 0
         # Readings are unpacked, not read by attribute: it is the hottest loop
-        # of the daemon (thousands of readings per second).
+        # of the daemon (thousands of readings per second). The label count
+        # is checked when a series is created: an existing series was found
+        # by an equal label tuple.
         for name, labels, value, r_ts, epoch, hist in readings:
             route = routes.get(name)
             if route is None:
                 result.reject("undeclared")
                 continue
-            spec, family = route
-            if len(labels) != len(spec.labels):
-                result.reject("labels")
-                continue
             if not isfinite(value):
                 result.reject("not_finite")
                 continue
+            spec, family, is_counter = route
             ts = now if r_ts is None else r_ts
             s = family.get(labels)
             if s is None:
+                if len(labels) != len(spec.labels):
+                    result.reject("labels")
+                    continue
                 s = Series(spec, labels, collector, value, ts, deque(maxlen=history))
                 series_map[(name, labels)] = s
                 family[labels] = s
             s.updated = ts
-            if spec.kind is counter:
+            if is_counter:
                 if value < 0:  # finite already: this is valid_sample()
                     result.reject("negative")
                     continue

@@ -67,6 +67,14 @@ def test_bad_readings_are_rejected_and_counted_not_raised() -> None:
     assert res.reasons == {"undeclared": 1, "labels": 1, "not_finite": 1, "negative": 1}
 
 
+def test_wrong_label_count_is_rejected_when_the_family_has_series() -> None:
+    s = _store()
+    s.ingest("c1", [Reading(G.name, ("a",), 1.0)], 0.0)
+    res = s.ingest("c1", [Reading(G.name, ("a", "b"), 2.0), Reading(G.name, (), 3.0)], 1.0)
+    assert res.accepted == 0 and res.reasons == {"labels": 2}
+    assert [x.labels for x in s.family(G.name)] == [("a",)]
+
+
 def test_a_collector_cannot_write_another_collectors_family() -> None:
     s = _store()
     res = s.ingest("c2", [Reading(G.name, ("a",), 1.0)], 0.0)
