@@ -92,9 +92,9 @@ class SnapshotStore:
         self._owners: dict[str, set[str]] = {}
         self._series: dict[SeriesKey, Series] = {}
         self._by_name: dict[str, dict[tuple[str, ...], Series]] = {}
-        # Per collector: family name -> (spec, its series by labels), for the
-        # families that collector may feed; one dict lookup per reading instead
-        # of three. Rebuilt lazily after every register().
+        # Per collector: family name -> _Route, for the families that
+        # collector may feed; one dict lookup per reading instead of three.
+        # Rebuilt lazily after every register().
         self._routes: dict[str, dict[str, _Route]] = {}
 
     def register(self, collector: str, specs: Iterable[MetricSpec]) -> None:
