@@ -390,7 +390,7 @@ class Engine:
                 live.ended is not None
                 and inc.kind == ep.kind
                 and inc.cause == attr.cause
-                and inc.culprit.key == attr.culprit.key
+                and _same_culprit(inc, attr)
             ):
                 live.ended = None
                 live.onset = ep.onset
@@ -449,6 +449,18 @@ class Engine:
             inc = replace(live.incident, state="resolved", resolved_at=self._wall(now))
             inc = self._revise(inc, now)
             out.append(IncidentTransition("resolved", self._wall(now), inc))
+
+
+def _same_culprit(inc: Incident, attr: Attribution) -> bool:
+    """Whether a new verdict names the culprit of an incident, directly or
+    through its evidence: both ends of a flapping link (the NIC port and its
+    switch port) report it, and which end reads stronger can change from one
+    flap to the next."""
+    if inc.culprit.key == attr.culprit.key:
+        return True
+    old = {e.culprit.key for e in inc.evidence if e.cause == inc.cause}
+    new = {e.culprit.key for e in attr.evidence if e.cause == attr.cause}
+    return attr.culprit.key in old or inc.culprit.key in new
 
 
 def _gpu_order(g: str) -> tuple[int, str]:

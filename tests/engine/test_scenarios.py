@@ -114,6 +114,25 @@ def test_flapping_link_is_one_incident() -> None:
     assert incidents[0].cause == "link_down"
 
 
+def test_flap_whose_culprit_switches_ends_is_still_one_incident() -> None:
+    """Both ends of the flapping link report it; the last flap reads stronger
+    on the switch port than on the NIC. Found by engine_eval (seed 13): it
+    opened a second incident 3 s before the fault ended."""
+    timeline = [
+        Injection("eval_dip", 83.51, 2.97),
+        Injection("ecn_congestion", 168.08, 55.95, magnitude=0.417, target=7),
+        Injection("collector_gap", 273.07, 2.03, target=2),
+        Injection("eval_dip", 665.96, 1.76),
+        Injection("link_down", 783.3357532106156, 302.7636811646589, 0.6021079369642455, 0, 3),
+        Injection("eval_dip", 1276.41, 2.09),
+    ]
+    trs = run_live(Scenario(duration=1300, injections=timeline, seed=16))
+    trs = [t for t in trs if t.incident.cause == "link_down"]
+    assert sum(t.kind == "opened" for t in trs) == 1
+    (incident,) = final_incidents(trs)
+    assert incident.cause == "link_down" and incident.episodes >= 10
+
+
 def test_separate_faults_are_separate_incidents() -> None:
     sc = Scenario(
         duration=900,
