@@ -22,7 +22,9 @@ from .test_replay import exporter_names
 pytestmark = pytest.mark.integration
 
 if shutil.which("promtool") is None or shutil.which("prometheus") is None:
-    pytest.skip("promtool/prometheus binaries not installed", allow_module_level=True)
+    pytest.skip(
+        "promtool/prometheus not installed (Debian package prometheus)", allow_module_level=True
+    )
 
 
 def scenario() -> Scenario:
