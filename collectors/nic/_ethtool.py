@@ -200,7 +200,11 @@ def _translate(exc: OSError, ifname: str) -> CollectorError:
 
 
 def parse_ethtool_text(text: str, source: str = "") -> dict[str, int]:
-    """Parse ``ethtool -S`` output (with or without the ``NIC statistics:`` header).
+    """Parse ``ethtool -S`` output.
+
+    Skipped: blank lines, comments (``# ethtool -S eth0``, as node_exporter's
+    fixtures start) and section headers, i.e. a name with a space and no value
+    (``NIC statistics:``, ``Standard stats for eth0:``).
 
     Raises:
         ParseError: a line that is not ``name: unsigned-integer`` (names the line).
@@ -208,11 +212,13 @@ def parse_ethtool_text(text: str, source: str = "") -> dict[str, int]:
     out: dict[str, int] = {}
     for lineno, line in enumerate(text.splitlines(), 1):
         stripped = line.strip()
-        if not stripped or (lineno == 1 and stripped.endswith("statistics:")):
+        if not stripped or stripped.startswith("#"):
             continue
         name, sep, value = stripped.rpartition(":")
         name = name.strip()
         value = value.strip()
+        if sep and not value and " " in name:
+            continue  # a section header
         if not sep or not name:
             msg = f"expected 'name: value', got {stripped[:60]!r}"
             raise ParseError(msg, source=source, line=lineno)
@@ -279,6 +285,10 @@ class StatKey:
 
 _DISCARD_REASON = {"buf_discard": "buffer", "cong_discard": "congestion", "discards": "other"}
 
+
+# Order matters: where two names of one driver mean the same thing (mlx5's
+# rx_global_pause and rx_pause_ctrl_phy), the earlier pattern wins and the
+# later name is ignored, so the signal is never counted twice.
 _PATTERNS: tuple[tuple[re.Pattern[str], Callable[[re.Match[str]], StatKey]], ...] = (
     # mlx5: rx_prio3_pause / rx_prio3_pause_duration (microseconds)
     (re.compile(r"^(rx|tx)_prio([0-7])_pause$"), lambda m: StatKey(PAUSE_FRAMES, m[2], m[1])),
@@ -286,21 +296,51 @@ _PATTERNS: tuple[tuple[re.Pattern[str], Callable[[re.Match[str]], StatKey]], ...
         re.compile(r"^(rx|tx)_prio([0-7])_pause_duration$"),
         lambda m: StatKey(PAUSE_DURATION_US, m[2], m[1]),
     ),
-    # ice: rx_priority_3_xoff.nic; i40e-style port.rx_priority_3_xoff
+    # i40e (in-tree since 4.19 and out-of-tree 2.x): port.rx_priority_3_xoff_rx
+    (
+        re.compile(r"^port\.(rx|tx)_priority_([0-7])_xoff_\1$"),
+        lambda m: StatKey(PAUSE_FRAMES, m[2], m[1]),
+    ),
+    # ice: rx_priority_3_xoff.nic; older i40e: port.rx_priority_3_xoff
     (
         re.compile(r"^(?:port\.)?(rx|tx)_priority_([0-7])_xoff(?:\.nic)?$"),
         lambda m: StatKey(PAUSE_FRAMES, m[2], m[1]),
     ),
-    # bnxt_en: rx_pfc_ena_frames_pri3
+    # ice out-of-tree with unified statistic names: port-rx-xoff_prio-3_events
+    (
+        re.compile(r"^port-(rx|tx)-xoff_prio-([0-7])_events$"),
+        lambda m: StatKey(PAUSE_FRAMES, m[2], m[1]),
+    ),
+    # bnxt_en: rx_pfc_ena_frames_pri3, pfc_pri3_rx_duration_us (port_stats_ext)
     (
         re.compile(r"^(rx|tx)_pfc_ena_frames_pri([0-7])$"),
         lambda m: StatKey(PAUSE_FRAMES, m[2], m[1]),
     ),
-    # mlx5 802.3x link-level pause
+    (
+        re.compile(r"^pfc_pri([0-7])_(rx|tx)_duration_us$"),
+        lambda m: StatKey(PAUSE_DURATION_US, m[1], m[2]),
+    ),
+    # 802.3x link-level pause. mlx5: rx_global_pause (global pause mode), else
+    # rx_pause_ctrl_phy (PHY MAC-control PAUSE frames; PFC uses another opcode).
     (re.compile(r"^(rx|tx)_global_pause$"), lambda m: StatKey(LINK_PAUSE_FRAMES, "", m[1])),
+    (re.compile(r"^(rx|tx)_pause_ctrl_phy$"), lambda m: StatKey(LINK_PAUSE_FRAMES, "", m[1])),
     (
         re.compile(r"^(rx|tx)_global_pause_duration$"),
         lambda m: StatKey(LINK_PAUSE_DURATION_US, "", m[1]),
+    ),
+    # ice link_xoff_rx.nic / port-rx-xoff_events; i40e port.link_xoff_rx
+    (
+        re.compile(
+            r"^(?:link_xoff_(rx|tx)\.nic|port\.link_xoff_(rx|tx)|port-(rx|tx)-xoff_events)$"
+        ),
+        lambda m: StatKey(LINK_PAUSE_FRAMES, "", m[1] or m[2] or m[3]),
+    ),
+    # bnxt_en rx_pause_frames; sfc port_rx_pause; tg3 rx_xoff_pause_rcvd / tx_xoff_sent
+    (re.compile(r"^(rx|tx)_pause_frames$"), lambda m: StatKey(LINK_PAUSE_FRAMES, "", m[1])),
+    (re.compile(r"^port_(rx|tx)_pause$"), lambda m: StatKey(LINK_PAUSE_FRAMES, "", m[1])),
+    (
+        re.compile(r"^(?:rx_xoff_pause_(rcvd)|(tx)_xoff_sent)$"),
+        lambda m: StatKey(LINK_PAUSE_FRAMES, "", "rx" if m[1] else "tx"),
     ),
     (re.compile(r"^tx_pause_storm_(warning|error)_events$"), lambda m: StatKey(STORM, "", m[1])),
     (
@@ -315,14 +355,31 @@ _PATTERNS: tuple[tuple[re.Pattern[str], Callable[[re.Match[str]], StatKey]], ...
     (re.compile(r"^link_down_events_phy$"), lambda m: StatKey(LINK_DOWN)),
 )
 
+SATURATED_VALUES = frozenset({2**32 - 1, 2**64 - 1})
+"""Values a counter pinned at its maximum shows (32-bit hardware counters that
+saturate instead of wrapping, behind a 64-bit ethtool or sysfs field)."""
+_RATE_KINDS = frozenset(
+    {PAUSE_FRAMES, PAUSE_DURATION_US, LINK_PAUSE_FRAMES, LINK_PAUSE_DURATION_US}
+)
+
+
+def _rank(name: str) -> tuple[StatKey, int] | None:
+    for rank, (pattern, make) in enumerate(_PATTERNS):
+        m = pattern.match(name)
+        if m:
+            return make(m), rank
+    return None
+
 
 def classify(name: str) -> StatKey | None:
     """What ``name`` means, or None for statistics we do not export."""
-    for pattern, make in _PATTERNS:
-        m = pattern.match(name)
-        if m:
-            return make(m)
-    return None
+    hit = _rank(name)
+    return None if hit is None else hit[0]
+
+
+def saturated(key: StatKey, value: int) -> bool:
+    """A pause counter pinned at its maximum: its rate is unknown, not zero."""
+    return key.kind in _RATE_KINDS and value in SATURATED_VALUES
 
 
 class Classifier:
@@ -331,19 +388,27 @@ class Classifier:
     __slots__ = ("_cache",)
 
     def __init__(self) -> None:
-        self._cache: dict[str, StatKey | None] = {}
+        self._cache: dict[str, tuple[StatKey, int] | None] = {}
 
-    def select(self, stats: Mapping[str, int]) -> list[tuple[StatKey, int]]:
-        """The statistics we export, with their meaning."""
-        out: list[tuple[StatKey, int]] = []
+    def select_named(self, stats: Mapping[str, int]) -> list[tuple[StatKey, int, str]]:
+        """The statistics we export with their meaning and driver name, one per meaning."""
+        best: dict[StatKey, tuple[int, int, str]] = {}
         cache = self._cache
         for name, value in stats.items():
             try:
-                key = cache[name]
+                hit = cache[name]
             except KeyError:
-                key = cache[name] = classify(name)
-            if key is not None:
-                out.append((key, value))
+                hit = cache[name] = _rank(name)
+            if hit is None:
+                continue
+            key, rank = hit
+            prev = best.get(key)
+            if prev is None or rank < prev[0]:
+                best[key] = (rank, value, name)
         if len(cache) > 65536:  # a driver renaming stats forever must not grow us forever
             cache.clear()
-        return out
+        return [(key, value, name) for key, (_, value, name) in best.items()]
+
+    def select(self, stats: Mapping[str, int]) -> list[tuple[StatKey, int]]:
+        """The statistics we export, with their meaning."""
+        return [(key, value) for key, value, _ in self.select_named(stats)]
