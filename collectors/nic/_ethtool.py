@@ -10,8 +10,8 @@ Kernels before the 2025 ``ethtool_get_stats`` fix copy as many entries as the
 driver has *now*, whatever the caller allocated; buffers therefore carry
 slack, and a count that changed between calls makes us re-read the names.
 
-:func:`classify` maps driver-specific names (mlx5, ice, bnxt) onto the few
-signals we export, keeping the priority as a label and ignoring the rest.
+:func:`~fabricwatch.nicnames.classify` (re-exported here) maps driver-specific
+names onto the few signals we export, keeping the priority as a label.
 """
 
 from __future__ import annotations
@@ -20,15 +20,53 @@ import ctypes
 import errno
 import fcntl
 import os
-import re
 import socket
 import struct
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
 from fabricwatch.errors import CollectorError, ParseError
+from fabricwatch.nicnames import (
+    DROPS,
+    LINK_DOWN,
+    LINK_PAUSE_DURATION_US,
+    LINK_PAUSE_FRAMES,
+    PAUSE_DURATION_US,
+    PAUSE_FRAMES,
+    PRIORITY_DISCARDS,
+    PRIORITY_MARKED,
+    SATURATED_VALUES,
+    STORM,
+    Classifier,
+    StatKey,
+    classify,
+    saturated,
+)
+
+__all__ = [
+    "DROPS",
+    "LINK_DOWN",
+    "LINK_PAUSE_DURATION_US",
+    "LINK_PAUSE_FRAMES",
+    "PAUSE_DURATION_US",
+    "PAUSE_FRAMES",
+    "PRIORITY_DISCARDS",
+    "PRIORITY_MARKED",
+    "SATURATED_VALUES",
+    "STORM",
+    "Classifier",
+    "DirEthtoolSource",
+    "EthtoolSource",
+    "EthtoolUnavailableError",
+    "IoctlEthtool",
+    "NoSuchNetdevError",
+    "StatKey",
+    "classify",
+    "parse_ethtool_text",
+    "saturated",
+]
 
 SIOCETHTOOL = 0x8946
 SIOCGIFINDEX = 0x8933
@@ -253,162 +291,3 @@ class DirEthtoolSource:
 
     def close(self) -> None:
         """Nothing to release."""
-
-
-# --- meaning ---------------------------------------------------------------
-
-PAUSE_FRAMES = "pause_frames"
-PAUSE_DURATION_US = "pause_duration_us"
-LINK_PAUSE_FRAMES = "link_pause_frames"
-LINK_PAUSE_DURATION_US = "link_pause_duration_us"
-STORM = "pause_storm"
-DROPS = "drops"
-PRIORITY_DISCARDS = "priority_discards"
-PRIORITY_MARKED = "priority_ecn_marked"
-LINK_DOWN = "link_down_events"
-
-
-@dataclass(frozen=True, slots=True)
-class StatKey:
-    """What a driver statistic means.
-
-    Attributes:
-        kind: one of the module's kind constants.
-        priority: ``"0"``-``"7"`` for per-priority statistics, else ``""``.
-        qualifier: direction (``rx``/``tx``), storm level or drop/discard reason.
-    """
-
-    kind: str
-    priority: str = ""
-    qualifier: str = ""
-
-
-_DISCARD_REASON = {"buf_discard": "buffer", "cong_discard": "congestion", "discards": "other"}
-
-
-# Order matters: where two names of one driver mean the same thing (mlx5's
-# rx_global_pause and rx_pause_ctrl_phy), the earlier pattern wins and the
-# later name is ignored, so the signal is never counted twice.
-_PATTERNS: tuple[tuple[re.Pattern[str], Callable[[re.Match[str]], StatKey]], ...] = (
-    # mlx5: rx_prio3_pause / rx_prio3_pause_duration (microseconds)
-    (re.compile(r"^(rx|tx)_prio([0-7])_pause$"), lambda m: StatKey(PAUSE_FRAMES, m[2], m[1])),
-    (
-        re.compile(r"^(rx|tx)_prio([0-7])_pause_duration$"),
-        lambda m: StatKey(PAUSE_DURATION_US, m[2], m[1]),
-    ),
-    # i40e (in-tree since 4.19 and out-of-tree 2.x): port.rx_priority_3_xoff_rx
-    (
-        re.compile(r"^port\.(rx|tx)_priority_([0-7])_xoff_\1$"),
-        lambda m: StatKey(PAUSE_FRAMES, m[2], m[1]),
-    ),
-    # ice: rx_priority_3_xoff.nic; older i40e: port.rx_priority_3_xoff
-    (
-        re.compile(r"^(?:port\.)?(rx|tx)_priority_([0-7])_xoff(?:\.nic)?$"),
-        lambda m: StatKey(PAUSE_FRAMES, m[2], m[1]),
-    ),
-    # ice out-of-tree with unified statistic names: port-rx-xoff_prio-3_events
-    (
-        re.compile(r"^port-(rx|tx)-xoff_prio-([0-7])_events$"),
-        lambda m: StatKey(PAUSE_FRAMES, m[2], m[1]),
-    ),
-    # bnxt_en: rx_pfc_ena_frames_pri3, pfc_pri3_rx_duration_us (port_stats_ext)
-    (
-        re.compile(r"^(rx|tx)_pfc_ena_frames_pri([0-7])$"),
-        lambda m: StatKey(PAUSE_FRAMES, m[2], m[1]),
-    ),
-    (
-        re.compile(r"^pfc_pri([0-7])_(rx|tx)_duration_us$"),
-        lambda m: StatKey(PAUSE_DURATION_US, m[1], m[2]),
-    ),
-    # 802.3x link-level pause. mlx5: rx_global_pause (global pause mode), else
-    # rx_pause_ctrl_phy (PHY MAC-control PAUSE frames; PFC uses another opcode).
-    (re.compile(r"^(rx|tx)_global_pause$"), lambda m: StatKey(LINK_PAUSE_FRAMES, "", m[1])),
-    (re.compile(r"^(rx|tx)_pause_ctrl_phy$"), lambda m: StatKey(LINK_PAUSE_FRAMES, "", m[1])),
-    (
-        re.compile(r"^(rx|tx)_global_pause_duration$"),
-        lambda m: StatKey(LINK_PAUSE_DURATION_US, "", m[1]),
-    ),
-    # ice link_xoff_rx.nic / port-rx-xoff_events; i40e port.link_xoff_rx
-    (
-        re.compile(
-            r"^(?:link_xoff_(rx|tx)\.nic|port\.link_xoff_(rx|tx)|port-(rx|tx)-xoff_events)$"
-        ),
-        lambda m: StatKey(LINK_PAUSE_FRAMES, "", m[1] or m[2] or m[3]),
-    ),
-    # bnxt_en rx_pause_frames; sfc port_rx_pause; tg3 rx_xoff_pause_rcvd / tx_xoff_sent
-    (re.compile(r"^(rx|tx)_pause_frames$"), lambda m: StatKey(LINK_PAUSE_FRAMES, "", m[1])),
-    (re.compile(r"^port_(rx|tx)_pause$"), lambda m: StatKey(LINK_PAUSE_FRAMES, "", m[1])),
-    (
-        re.compile(r"^(?:rx_xoff_pause_(rcvd)|(tx)_xoff_sent)$"),
-        lambda m: StatKey(LINK_PAUSE_FRAMES, "", "rx" if m[1] else "tx"),
-    ),
-    (re.compile(r"^tx_pause_storm_(warning|error)_events$"), lambda m: StatKey(STORM, "", m[1])),
-    (
-        re.compile(r"^rx_prio([0-7])_(buf_discard|cong_discard|discards)$"),
-        lambda m: StatKey(PRIORITY_DISCARDS, m[1], _DISCARD_REASON[m[2]]),
-    ),
-    (re.compile(r"^rx_prio([0-7])_marked$"), lambda m: StatKey(PRIORITY_MARKED, m[1])),
-    (
-        re.compile(r"^((?:rx|tx)_discards_phy|rx_out_of_buffer|dev_out_of_buffer)$"),
-        lambda m: StatKey(DROPS, "", m[1]),
-    ),
-    (re.compile(r"^link_down_events_phy$"), lambda m: StatKey(LINK_DOWN)),
-)
-
-SATURATED_VALUES = frozenset({2**32 - 1, 2**64 - 1})
-"""Values a counter pinned at its maximum shows (32-bit hardware counters that
-saturate instead of wrapping, behind a 64-bit ethtool or sysfs field)."""
-_RATE_KINDS = frozenset(
-    {PAUSE_FRAMES, PAUSE_DURATION_US, LINK_PAUSE_FRAMES, LINK_PAUSE_DURATION_US}
-)
-
-
-def _rank(name: str) -> tuple[StatKey, int] | None:
-    for rank, (pattern, make) in enumerate(_PATTERNS):
-        m = pattern.match(name)
-        if m:
-            return make(m), rank
-    return None
-
-
-def classify(name: str) -> StatKey | None:
-    """What ``name`` means, or None for statistics we do not export."""
-    hit = _rank(name)
-    return None if hit is None else hit[0]
-
-
-def saturated(key: StatKey, value: int) -> bool:
-    """A pause counter pinned at its maximum: its rate is unknown, not zero."""
-    return key.kind in _RATE_KINDS and value in SATURATED_VALUES
-
-
-class Classifier:
-    """:func:`classify` with a per-name cache (names repeat every cycle)."""
-
-    __slots__ = ("_cache",)
-
-    def __init__(self) -> None:
-        self._cache: dict[str, tuple[StatKey, int] | None] = {}
-
-    def select_named(self, stats: Mapping[str, int]) -> list[tuple[StatKey, int, str]]:
-        """The statistics we export with their meaning and driver name, one per meaning."""
-        best: dict[StatKey, tuple[int, int, str]] = {}
-        cache = self._cache
-        for name, value in stats.items():
-            try:
-                hit = cache[name]
-            except KeyError:
-                hit = cache[name] = _rank(name)
-            if hit is None:
-                continue
-            key, rank = hit
-            prev = best.get(key)
-            if prev is None or rank < prev[0]:
-                best[key] = (rank, value, name)
-        if len(cache) > 65536:  # a driver renaming stats forever must not grow us forever
-            cache.clear()
-        return [(key, value, name) for key, (_, value, name) in best.items()]
-
-    def select(self, stats: Mapping[str, int]) -> list[tuple[StatKey, int]]:
-        """The statistics we export, with their meaning."""
-        return [(key, value) for key, value, _ in self.select_named(stats)]
