@@ -71,6 +71,7 @@ _COLUMN_NAMES = {
     "speed": "ifHighSpeed",
     "disc": "ifCounterDiscontinuityTime",
 }
+IF_SPEED = (*_IFT, 5)
 IF_SPEED_MAX = 2**32 - 1
 """ifSpeed (Gauge32, bit/s) pins here above 4.29 Gb/s: then only ifHighSpeed tells."""
 LLDP_REM = (1, 0, 8802, 1, 1, 2, 1, 4, 1, 1)
@@ -434,12 +435,19 @@ class SwitchCollector:
             )
         return {i: u.neighbour_port for i, u in sorted(found.items())}
 
+    @staticmethod
+    def _if_columns(t: _Target) -> list[Oid]:
+        # ifSpeed only stands in for ifHighSpeed: skip its varbinds where ifXTable exists.
+        if t.present.get("ifxtable", True):
+            return [c for c in IF_COLUMNS if c != IF_SPEED]
+        return list(IF_COLUMNS)
+
     async def _plan(self, t: _Target) -> None:
         """Work out this target's per-poll requests once per discovery."""
         t.get_oids = [SYS_UPTIME]
         t.walk_columns = []
         if t.mode == "switch":
-            t.walk_columns = list(IF_COLUMNS)
+            t.walk_columns = self._if_columns(t)
             for tb in t.tables:
                 t.walk_columns.extend([tb.column] if tb.column is not None else tb.columns)
             if t.cbqos:
@@ -447,7 +455,7 @@ class SwitchCollector:
             return
         ports = sorted(t.ports)
         for i in ports:
-            t.get_oids.extend((*col, i) for col in IF_COLUMNS)
+            t.get_oids.extend((*col, i) for col in self._if_columns(t))
             for tb in t.tables:
                 t.get_oids.extend((*c, i) for c in tb.columns)
         # Rows of (ifIndex, ...) tables: learn exactly which exist, then GET them.
@@ -559,8 +567,8 @@ class SwitchCollector:
         have: set[str] = set()
         for pd in ports.values():
             have.update(pd.values)
-        if "speed" in have:
-            have.add("if_speed")  # only the fallback for ifHighSpeed
+        if "speed" in have or t.present.get("ifxtable", True):
+            have.add("if_speed")  # only the fallback for ifHighSpeed, read without ifXTable
         missing = tuple(_COLUMN_NAMES[c] for c in IF_COLUMNS.values() if c not in have)
         no_speed = sorted(
             t.ports[i] for i, pd in ports.items() if i in t.ports and self._speed_bps(t, i, pd) <= 0
