@@ -622,7 +622,7 @@ class Mapper:
             out = self._merge_members([self._nic_identity(s) for s in out])
         out.sort(key=itemgetter(0))
         self.out = out
-        counts = Counter(s[1] for s in out)
+        counts = Counter(map(itemgetter(1), out))
         self.unused = {f: n for f, n in sorted(counts.items()) if f not in sig.ENGINE_FAMILIES}
         return out
 
