@@ -193,7 +193,8 @@ MAPPING_TABLE: tuple[tuple[str, str, str], ...] = (
 """The documented mapping: (source series, fabricwatch family, conversion)."""
 
 SOURCE_NAME_REGEX = (
-    "fabricwatch_.+|DCGM_FI_.+|node_infiniband_.+|node_ethtool_.+|node_disk_write.+"
+    "fabricwatch_.+|DCGM_FI_.+|node_infiniband_.+|node_ethtool_.*(pause|xoff|pfc).*"
+    "|node_disk_write.+"
     "|node_disk_written_bytes_total|cpfcIfPriority.+|ifOperStatus|ifHC(In|Out)Octets"
     "|ifHighSpeed|ifSpeed"
 )
