@@ -53,7 +53,7 @@ _PATTERNS: tuple[tuple[re.Pattern[str], Callable[[re.Match[str]], StatKey]], ...
         re.compile(r"^(rx|tx)_prio([0-7])_pause_duration$"),
         lambda m: StatKey(PAUSE_DURATION_US, m[2], m[1]),
     ),
-    # i40e (in-tree since 4.19 and out-of-tree 2.x): port.rx_priority_3_xoff_rx
+    # i40e (newer in-tree I40E_PFC_STAT names, out-of-tree 2.x): port.rx_priority_3_xoff_rx
     (
         re.compile(r"^port\.(rx|tx)_priority_([0-7])_xoff_\1$"),
         lambda m: StatKey(PAUSE_FRAMES, m[2], m[1]),
