@@ -5,10 +5,12 @@ snmp_exporter speeds, NIC identity, and the summary of what was not used."""
 from __future__ import annotations
 
 import argparse
+import http.server
 import io
 import itertools
 import json
 import re
+import threading
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -23,6 +25,7 @@ from fabricwatch.engine.replay import (
     ReplayError,
     Sample,
     dcgm_blank,
+    fetch_prometheus,
     map_series,
     parse_nic_map,
     parse_openmetrics,
@@ -486,3 +489,47 @@ def argparse_ns(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser()
     cli_replay.configure_parser(p)
     return p.parse_args(argv)
+
+
+class _Matrix(http.server.BaseHTTPRequestHandler):
+    """A Prometheus range-vector answer with a blank sentinel and two MIG instances."""
+
+    def do_GET(self) -> None:
+        mig = {"__name__": "DCGM_FI_DEV_FB_USED", "gpu": "0", "GPU_I_PROFILE": "3g.40gb"}
+        result = [
+            {
+                "metric": {"__name__": "DCGM_FI_DEV_POWER_USAGE", "gpu": "0", "hostname": "n1"},
+                "values": [[100, "300"], [101, "140737488355328"], [102, "310"]],
+            },
+            {"metric": {**mig, "GPU_I_ID": "1"}, "values": [[100, "100"], [101, "100"]]},
+            {"metric": {**mig, "GPU_I_ID": "2"}, "values": [[100, "50"], [101, "60"]]},
+        ]
+        body = json.dumps(
+            {"status": "success", "data": {"resultType": "matrix", "result": result}}
+        ).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        return
+
+
+def test_prometheus_source_drops_blanks_and_aggregates_mig() -> None:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Matrix)
+    th = threading.Thread(target=server.serve_forever, daemon=True)
+    th.start()
+    try:
+        m = Mapper()
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        fetch_prometheus(url, 99.0, 102.0, ["node=n1"], m, chunk=3600.0, timeout=5.0)
+    finally:
+        server.shutdown()
+        server.server_close()
+        th.join(timeout=5)
+    out = m.finish()
+    assert m.dropped == {"dcgm_blank": 1}
+    assert series(out, sig.GPU_POWER) == {("0",): [(100.0, 300.0), (102.0, 310.0)]}
+    mib = 1048576.0
+    assert series(out, sig.GPU_MEM) == {("0",): [(100.0, 150 * mib), (101.0, 160 * mib)]}
