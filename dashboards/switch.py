@@ -50,6 +50,51 @@ def _port_state() -> statetimeline.Panel:
     )
 
 
+def _targets_up() -> statetimeline.Panel:
+    # Not filtered by $switch: a switch that never answered has no port series,
+    # so the variable (built from them) would not list the failing target.
+    return (
+        statetimeline.Panel()
+        .title("SNMP targets up (failing targets)")
+        .description(
+            "fabricwatch_switch_target_up per switch and polling node: 0 = every poll failing "
+            "(unreachable, or SNMPv3 credentials rejected: see poll errors by reason). "
+            "Alert: FabricwatchSwitchTargetDown."
+        )
+        .datasource(DATASOURCE)
+        .span(12)
+        .height(6)
+        .with_target(
+            target(
+                'min by (switch, instance) (fabricwatch_switch_target_up{cluster=~"$cluster"})',
+                "{{switch}} from {{instance}}",
+            )
+        )
+    )
+
+
+def _tables_present() -> statetimeline.Panel:
+    return (
+        statetimeline.Panel()
+        .title("Switch tables served")
+        .description(
+            "fabricwatch_switch_table_present: 1 when the switch serves the table (pfc, queue, "
+            "ecn, lldp, ifxtable), 0 when absent or empty: an absent pfc table means no PFC "
+            "evidence from that switch."
+        )
+        .datasource(DATASOURCE)
+        .span(12)
+        .height(6)
+        .with_target(
+            target(
+                "min by (switch, table) "
+                '(fabricwatch_switch_table_present{cluster=~"$cluster", switch=~"$switch"})',
+                "{{switch}} {{table}}",
+            )
+        )
+    )
+
+
 def build() -> dashboard.Dashboard:
     """The per-switch dashboard (ports polled by the nodes they uplink)."""
     return (
@@ -61,6 +106,9 @@ def build() -> dashboard.Dashboard:
         .with_variable(cluster_variable())
         .with_variable(_switch_variable())
         .with_variable(_port_variable())
+        .with_row(dashboard.Row("Targets"))
+        .with_panel(_targets_up())
+        .with_panel(_tables_present())
         .with_row(dashboard.Row("PFC"))
         .with_panel(
             timeseries_panel(

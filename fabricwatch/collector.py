@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
+from fabricwatch.errors import CollectorError
 from fabricwatch.readings import MetricSpec, Reading
 from fabricwatch.settings import option
 
@@ -87,6 +88,19 @@ class CollectorEnv:
     state_dir: Path = Path("/var/lib/fabricwatch")
     monotonic: Callable[[], float] = time.monotonic
     wall: Callable[[], float] = time.time
+
+
+class CollectionFailedError(CollectorError):
+    """The collection failed as a whole, but has readings that describe the failure.
+
+    A multi-target collector raises it when every target failed: the
+    supervisor reports the collector down *and* ingests ``readings`` (per-target
+    health such as ``switch_target_up`` 0), so the cause stays visible.
+    """
+
+    def __init__(self, message: str, readings: Sequence[Reading]) -> None:
+        super().__init__(message)
+        self.readings = readings
 
 
 @runtime_checkable

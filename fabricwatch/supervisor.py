@@ -17,7 +17,12 @@ from dataclasses import dataclass, field
 import structlog
 
 from fabricwatch.clock import Clock
-from fabricwatch.collector import Collector, CollectorSettings, StartupPolicy
+from fabricwatch.collector import (
+    CollectionFailedError,
+    Collector,
+    CollectorSettings,
+    StartupPolicy,
+)
 from fabricwatch.errors import CollectorError, SourceAbsentError
 from fabricwatch.readings import Reading
 from fabricwatch.store import SnapshotStore
@@ -226,6 +231,12 @@ class Supervisor:
                 readings = await collector.collect()
         except TimeoutError:
             state.fail("timeout", f"collection took longer than {settings.timeout}s")
+            self._log_failure(state)
+        except CollectionFailedError as exc:
+            # Down, but its readings say why (e.g. every switch target down).
+            result = self._store.ingest(collector.name, exc.readings, self._monotonic())
+            state.rejected_readings += result.rejected
+            state.fail("error", str(exc))
             self._log_failure(state)
         except SourceAbsentError as exc:
             # Absent hardware is the normal state of many nodes: the collector

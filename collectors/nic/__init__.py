@@ -25,6 +25,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import structlog
+
 from fabricwatch.collector import CollectorEnv, CollectorFactory, CollectorSettings
 from fabricwatch.counters import CounterTracker
 from fabricwatch.errors import CollectorError
@@ -43,6 +45,8 @@ from ._sysfs import FdBudget, PortGoneError, PortReader, PortSample, discover_po
 from ._topology import PortPlace, find_gpus, locality, netdev_speed_bps, nvml_bus_id, place_port
 
 __all__ = ["FACTORY", "METRICS", "NicCollector", "NicSettings"]
+
+log = structlog.get_logger("fabricwatch.collectors.nic")
 
 _DP = ("device", "port")
 G, C = MetricKind.GAUGE, MetricKind.COUNTER
@@ -161,13 +165,20 @@ ETHTOOL_UP = _spec(
     "ethtool_up", G, "1 when every netdev of the port answered the ethtool statistics query."
 )
 READ_ERRORS = _spec("read_errors", C, "Counter values that could not be read or parsed.")
+SATURATED = _spec(
+    "counter_saturated",
+    G,
+    "1 while a counter is pinned at its maximum, so its rate is unknown (not zero) and it is "
+    "not exported: counter = sysfs or driver statistic name.",
+    (*_DP, "counter"),
+)
 
 METRICS: tuple[MetricSpec, ...] = (
     PAUSE_RATIO, PAUSE_FRAMES, PAUSE_DURATION, ECN_MARKED, CNP_SENT, CNP_HANDLED, CNP_IGNORED,
     CC_PRESENT, XMIT_WAIT_RATIO, XMIT_WAIT_TICKS, LINK_UP, LINK_DOWNED, TX_BYTES, RX_BYTES,
     TX_PACKETS, RX_PACKETS, INFO, GPU_LOCALITY, LINK_RATE, PORT_STATE, PHYS_STATE,
     LINK_PAUSE_FRAMES, LINK_PAUSE_RATIO, STORM_EVENTS, DROPS, PRIORITY_DISCARDS, PRIORITY_MARKED,
-    LINK_DOWN_EVENTS, TRANSPORT, PORT_ERRORS, ETHTOOL_UP, READ_ERRORS,
+    LINK_DOWN_EVENTS, TRANSPORT, PORT_ERRORS, ETHTOOL_UP, READ_ERRORS, SATURATED,
 )  # fmt: skip
 
 _SIMPLE_COUNTERS = (
@@ -189,11 +200,36 @@ _PMA_ERRORS = (
     "VL15_dropped",
 )
 _CONGESTION = (
+    # mlx5
     ("np_ecn_marked_roce_packets", ECN_MARKED),
     ("np_cnp_sent", CNP_SENT),
     ("rp_cnp_handled", CNP_HANDLED),
     ("rp_cnp_ignored", CNP_IGNORED),
+    # irdma (Intel E810 RoCEv2)
+    ("RxECNMrkd", ECN_MARKED),
+    ("cnpSent", CNP_SENT),
+    ("cnpHandled", CNP_HANDLED),
+    ("cnpIgnored", CNP_IGNORED),
+    # bnxt_re
+    ("rx_ecn_marked_pkts", ECN_MARKED),
 )
+# Widths of the InfiniBand PMA PortCounters behind counters/* (drivers/infiniband/
+# core/sysfs.c): they saturate at their maximum instead of wrapping.
+_PMA_WIDTH = {
+    "symbol_error": 16,
+    "link_error_recovery": 8,
+    "link_downed": 8,
+    "port_rcv_errors": 16,
+    "port_rcv_remote_physical_errors": 16,
+    "port_rcv_switch_relay_errors": 16,
+    "port_xmit_discards": 16,
+    "port_xmit_constraint_errors": 8,
+    "port_rcv_constraint_errors": 8,
+    "local_link_integrity_errors": 4,
+    "excessive_buffer_overrun_errors": 4,
+    "VL15_dropped": 16,
+    "port_xmit_wait": 32,
+}
 _Q_COUNTERS = (
     "out_of_buffer",
     "out_of_sequence",
@@ -216,7 +252,13 @@ _Q_COUNTERS = (
     "resp_remote_access_errors",
     "req_remote_invalid_request",
     "resp_local_length_error",
+    # efa (AWS): no PFC or ECN; retransmissions and unresponsive peers
+    "retrans_pkts",
+    "retrans_timeout_events",
+    "unresponsive_remote_events",
+    "impaired_remote_conn_events",
 )
+_HW_DROPS = ("rx_drops",)  # efa
 _ACTIVE_STATES = (4, 5)
 
 
@@ -301,6 +343,7 @@ class NicCollector:
         self._lock = threading.Lock()
         self._devices_seen: frozenset[str] = frozenset()
         self._vanished: set[tuple[str, str]] = set()
+        self._saturated_said: set[tuple[str, str, str]] = set()
 
     @property
     def name(self) -> str:
@@ -462,6 +505,10 @@ class NicCollector:
         if s.rate_bps is not None:
             out.append(Reading(LINK_RATE.name, lab, s.rate_bps / 8.0))
         c = s.counters
+        pinned = {n for n, w in _PMA_WIDTH.items() if c.get(n) == (1 << w) - 1}
+        if pinned:
+            self._flag_saturated(lab, pinned, out)
+            c = {n: v for n, v in c.items() if n not in pinned}
         if (v := c.get("port_xmit_data")) is not None:
             out.append(Reading(TX_BYTES.name, lab, float(v * 4), epoch=ep))
         if (v := c.get("port_rcv_data")) is not None:
@@ -482,19 +529,40 @@ class NicCollector:
                 out.append(Reading(XMIT_WAIT_RATIO.name, lab, ratio))
         hw = s.hw_counters
         present = 0.0
+        done: set[str] = set()
         for name, spec in _CONGESTION:
-            if (v := hw.get(name)) is not None:
+            if spec.name not in done and (v := hw.get(name)) is not None:
                 present = 1.0
+                done.add(spec.name)  # one driver's name per signal
                 out.append(Reading(spec.name, lab, float(v), epoch=ep))
         out.append(Reading(CC_PRESENT.name, lab, present))
         for name in _Q_COUNTERS:
             if (v := hw.get(name)) is not None:
                 out.append(Reading(TRANSPORT.name, (*lab, name), float(v), epoch=ep))
+        for name in _HW_DROPS:
+            if (v := hw.get(name)) is not None:
+                out.append(Reading(DROPS.name, (*lab, name), float(v), epoch=ep))
         if s.errors:
             total = self._read_errors.get(lab, 0) + len(s.errors)
             self._read_errors[lab] = total
         if lab in self._read_errors or s.errors:
             out.append(Reading(READ_ERRORS.name, lab, float(self._read_errors.get(lab, 0))))
+
+    def _flag_saturated(self, lab: tuple[str, str], names: set[str], out: list[Reading]) -> None:
+        """Export and log (once per counter) counters pinned at their maximum."""
+        for name in sorted(names):
+            out.append(Reading(SATURATED.name, (*lab, name), 1.0))
+            key = (*lab, name)
+            if key not in self._saturated_said:
+                self._saturated_said.add(key)
+                log.warning(
+                    "nic_counter_saturated",
+                    device=lab[0],
+                    port=lab[1],
+                    counter=name,
+                    effect="pinned at its maximum: its rate is unknown and it is not exported; "
+                    "clear the port counters (perfquery -x -R) to re-arm it",
+                )
 
     def _ethtool_readings(self, port: _Port, s: PortSample, ts: float, out: list[Reading]) -> None:
         assert self._ethtool is not None
@@ -504,13 +572,21 @@ class NicCollector:
         ratios: dict[tuple[str, str, bool], float] = {}  # (priority, direction, link-level) -> max
         has_duration: set[tuple[str, str, bool]] = set()
         ok = True
+        pinned: set[str] = set()
+        skip: set[et.StatKey] = set()
         for member in port.place.members:
             try:
                 stats = self._ethtool.stats(member)
             except CollectorError:
                 ok = False
                 break
-            selected = self._classifier.select(stats)
+            selected = []
+            for key, value, name in self._classifier.select_named(stats):
+                if et.saturated(key, value):
+                    pinned.add(name)
+                    skip.add(key)
+                else:
+                    selected.append((key, value))
             link_bps = port.member_bps.get(member) or s.rate_bps or 0.0
             if len(port.place.members) > 1 and member not in port.member_bps and s.rate_bps:
                 link_bps = s.rate_bps / len(port.place.members)
@@ -537,6 +613,10 @@ class NicCollector:
         out.append(Reading(ETHTOOL_UP.name, lab, 1.0 if ok else 0.0))
         if not ok:
             return  # a partial sum across bond members would look like a counter reset
+        if pinned:
+            self._flag_saturated(lab, pinned, out)
+            for key in skip:
+                sums.pop(key, None)  # a bond sum missing one member would look like a reset
         for key, value in sums.items():
             kind = key.kind
             v = float(value)

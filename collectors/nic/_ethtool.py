@@ -10,8 +10,8 @@ Kernels before the 2025 ``ethtool_get_stats`` fix copy as many entries as the
 driver has *now*, whatever the caller allocated; buffers therefore carry
 slack, and a count that changed between calls makes us re-read the names.
 
-:func:`classify` maps driver-specific names (mlx5, ice, bnxt) onto the few
-signals we export, keeping the priority as a label and ignoring the rest.
+:func:`~fabricwatch.nicnames.classify` (re-exported here) maps driver-specific
+names onto the few signals we export, keeping the priority as a label.
 """
 
 from __future__ import annotations
@@ -20,15 +20,53 @@ import ctypes
 import errno
 import fcntl
 import os
-import re
 import socket
 import struct
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
 from fabricwatch.errors import CollectorError, ParseError
+from fabricwatch.nicnames import (
+    DROPS,
+    LINK_DOWN,
+    LINK_PAUSE_DURATION_US,
+    LINK_PAUSE_FRAMES,
+    PAUSE_DURATION_US,
+    PAUSE_FRAMES,
+    PRIORITY_DISCARDS,
+    PRIORITY_MARKED,
+    SATURATED_VALUES,
+    STORM,
+    Classifier,
+    StatKey,
+    classify,
+    saturated,
+)
+
+__all__ = [
+    "DROPS",
+    "LINK_DOWN",
+    "LINK_PAUSE_DURATION_US",
+    "LINK_PAUSE_FRAMES",
+    "PAUSE_DURATION_US",
+    "PAUSE_FRAMES",
+    "PRIORITY_DISCARDS",
+    "PRIORITY_MARKED",
+    "SATURATED_VALUES",
+    "STORM",
+    "Classifier",
+    "DirEthtoolSource",
+    "EthtoolSource",
+    "EthtoolUnavailableError",
+    "IoctlEthtool",
+    "NoSuchNetdevError",
+    "StatKey",
+    "classify",
+    "parse_ethtool_text",
+    "saturated",
+]
 
 SIOCETHTOOL = 0x8946
 SIOCGIFINDEX = 0x8933
@@ -200,7 +238,11 @@ def _translate(exc: OSError, ifname: str) -> CollectorError:
 
 
 def parse_ethtool_text(text: str, source: str = "") -> dict[str, int]:
-    """Parse ``ethtool -S`` output (with or without the ``NIC statistics:`` header).
+    """Parse ``ethtool -S`` output.
+
+    Skipped: blank lines, comments (``# ethtool -S eth0``, as node_exporter's
+    fixtures start) and section headers, i.e. a name with a space and no value
+    (``NIC statistics:``, ``Standard stats for eth0:``).
 
     Raises:
         ParseError: a line that is not ``name: unsigned-integer`` (names the line).
@@ -208,11 +250,13 @@ def parse_ethtool_text(text: str, source: str = "") -> dict[str, int]:
     out: dict[str, int] = {}
     for lineno, line in enumerate(text.splitlines(), 1):
         stripped = line.strip()
-        if not stripped or (lineno == 1 and stripped.endswith("statistics:")):
+        if not stripped or stripped.startswith("#"):
             continue
         name, sep, value = stripped.rpartition(":")
         name = name.strip()
         value = value.strip()
+        if sep and not value and " " in name:
+            continue  # a section header
         if not sep or not name:
             msg = f"expected 'name: value', got {stripped[:60]!r}"
             raise ParseError(msg, source=source, line=lineno)
@@ -247,103 +291,3 @@ class DirEthtoolSource:
 
     def close(self) -> None:
         """Nothing to release."""
-
-
-# --- meaning ---------------------------------------------------------------
-
-PAUSE_FRAMES = "pause_frames"
-PAUSE_DURATION_US = "pause_duration_us"
-LINK_PAUSE_FRAMES = "link_pause_frames"
-LINK_PAUSE_DURATION_US = "link_pause_duration_us"
-STORM = "pause_storm"
-DROPS = "drops"
-PRIORITY_DISCARDS = "priority_discards"
-PRIORITY_MARKED = "priority_ecn_marked"
-LINK_DOWN = "link_down_events"
-
-
-@dataclass(frozen=True, slots=True)
-class StatKey:
-    """What a driver statistic means.
-
-    Attributes:
-        kind: one of the module's kind constants.
-        priority: ``"0"``-``"7"`` for per-priority statistics, else ``""``.
-        qualifier: direction (``rx``/``tx``), storm level or drop/discard reason.
-    """
-
-    kind: str
-    priority: str = ""
-    qualifier: str = ""
-
-
-_DISCARD_REASON = {"buf_discard": "buffer", "cong_discard": "congestion", "discards": "other"}
-
-_PATTERNS: tuple[tuple[re.Pattern[str], Callable[[re.Match[str]], StatKey]], ...] = (
-    # mlx5: rx_prio3_pause / rx_prio3_pause_duration (microseconds)
-    (re.compile(r"^(rx|tx)_prio([0-7])_pause$"), lambda m: StatKey(PAUSE_FRAMES, m[2], m[1])),
-    (
-        re.compile(r"^(rx|tx)_prio([0-7])_pause_duration$"),
-        lambda m: StatKey(PAUSE_DURATION_US, m[2], m[1]),
-    ),
-    # ice: rx_priority_3_xoff.nic; i40e-style port.rx_priority_3_xoff
-    (
-        re.compile(r"^(?:port\.)?(rx|tx)_priority_([0-7])_xoff(?:\.nic)?$"),
-        lambda m: StatKey(PAUSE_FRAMES, m[2], m[1]),
-    ),
-    # bnxt_en: rx_pfc_ena_frames_pri3
-    (
-        re.compile(r"^(rx|tx)_pfc_ena_frames_pri([0-7])$"),
-        lambda m: StatKey(PAUSE_FRAMES, m[2], m[1]),
-    ),
-    # mlx5 802.3x link-level pause
-    (re.compile(r"^(rx|tx)_global_pause$"), lambda m: StatKey(LINK_PAUSE_FRAMES, "", m[1])),
-    (
-        re.compile(r"^(rx|tx)_global_pause_duration$"),
-        lambda m: StatKey(LINK_PAUSE_DURATION_US, "", m[1]),
-    ),
-    (re.compile(r"^tx_pause_storm_(warning|error)_events$"), lambda m: StatKey(STORM, "", m[1])),
-    (
-        re.compile(r"^rx_prio([0-7])_(buf_discard|cong_discard|discards)$"),
-        lambda m: StatKey(PRIORITY_DISCARDS, m[1], _DISCARD_REASON[m[2]]),
-    ),
-    (re.compile(r"^rx_prio([0-7])_marked$"), lambda m: StatKey(PRIORITY_MARKED, m[1])),
-    (
-        re.compile(r"^((?:rx|tx)_discards_phy|rx_out_of_buffer|dev_out_of_buffer)$"),
-        lambda m: StatKey(DROPS, "", m[1]),
-    ),
-    (re.compile(r"^link_down_events_phy$"), lambda m: StatKey(LINK_DOWN)),
-)
-
-
-def classify(name: str) -> StatKey | None:
-    """What ``name`` means, or None for statistics we do not export."""
-    for pattern, make in _PATTERNS:
-        m = pattern.match(name)
-        if m:
-            return make(m)
-    return None
-
-
-class Classifier:
-    """:func:`classify` with a per-name cache (names repeat every cycle)."""
-
-    __slots__ = ("_cache",)
-
-    def __init__(self) -> None:
-        self._cache: dict[str, StatKey | None] = {}
-
-    def select(self, stats: Mapping[str, int]) -> list[tuple[StatKey, int]]:
-        """The statistics we export, with their meaning."""
-        out: list[tuple[StatKey, int]] = []
-        cache = self._cache
-        for name, value in stats.items():
-            try:
-                key = cache[name]
-            except KeyError:
-                key = cache[name] = classify(name)
-            if key is not None:
-                out.append((key, value))
-        if len(cache) > 65536:  # a driver renaming stats forever must not grow us forever
-            cache.clear()
-        return out

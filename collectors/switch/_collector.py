@@ -9,7 +9,7 @@ from pathlib import Path
 
 import structlog
 
-from fabricwatch.collector import CollectorEnv
+from fabricwatch.collector import CollectionFailedError, CollectorEnv
 from fabricwatch.config import read_secret
 from fabricwatch.counters import CounterTracker
 from fabricwatch.errors import CollectorError, ConfigError
@@ -48,6 +48,7 @@ IF_NAME = (1, 3, 6, 1, 2, 1, 31, 1, 1, 1, 1)
 _IFT = (1, 3, 6, 1, 2, 1, 2, 2, 1)
 _IFX = (1, 3, 6, 1, 2, 1, 31, 1, 1, 1)
 IF_COLUMNS: dict[Oid, str] = {
+    (*_IFT, 5): "if_speed",
     (*_IFT, 8): "oper",
     (*_IFT, 13): "in_discards",
     (*_IFT, 14): "in_errors",
@@ -58,6 +59,25 @@ IF_COLUMNS: dict[Oid, str] = {
     (*_IFX, 15): "speed",
     (*_IFX, 19): "disc",
 }
+_COLUMN_NAMES = {
+    "if_speed": "ifSpeed",
+    "oper": "ifOperStatus",
+    "in_discards": "ifInDiscards",
+    "in_errors": "ifInErrors",
+    "out_discards": "ifOutDiscards",
+    "out_errors": "ifOutErrors",
+    "in_octets": "ifHCInOctets",
+    "out_octets": "ifHCOutOctets",
+    "speed": "ifHighSpeed",
+    "disc": "ifCounterDiscontinuityTime",
+}
+IF_SPEED = (*_IFT, 5)
+IF_SPEED_MAX = 2**32 - 1
+"""ifSpeed (Gauge32, bit/s) pins here above 4.29 Gb/s: then only ifHighSpeed tells."""
+LLDP_REM = (1, 0, 8802, 1, 1, 2, 1, 4, 1, 1)
+TABLES = ("pfc", "queue", "ecn", "lldp", "ifxtable")
+"""The ``table`` label values of ``switch_table_present``."""
+_PFC_SIGNALS = frozenset({"pfc_frames", "pfc_duration", "pfc_total_frames"})
 POLL_REASONS = ("timeout", "auth", "malformed", "snmp_error", "too_big")
 PAUSE_QUANTUM_BITS = 65535 * 512
 """Bit-times one PFC frame with the maximum quanta pauses a priority for."""
@@ -98,6 +118,9 @@ class _Target:
     orphans: int = 0
     last_error: str = ""
     cbqos: dict[tuple[int, int], _cbqos.EcnRow] = field(default_factory=dict)
+    present: dict[str, bool] = field(default_factory=dict)
+    speeds: dict[int, float] = field(default_factory=dict)  # configured, bit/s by ifIndex
+    missing_said: tuple[str, ...] | None = None
 
     @property
     def name(self) -> str:
@@ -190,6 +213,15 @@ class SwitchCollector:
         out: list[Reading] = []
         for r in results:
             out.extend(r)
+        if self._targets and not any(t.up for t in self._targets):
+            # Every switch failed: the collector is down, not "up with no data".
+            # The per-target health readings still go to the store.
+            first = self._targets[0]
+            msg = (
+                f"all {len(self._targets)} switch target(s) failing; "
+                f"{first.name}: {first.last_error or 'not polled yet'}"
+            )
+            raise CollectionFailedError(msg, out)
         return out
 
     async def close(self) -> None:
@@ -261,6 +293,10 @@ class SwitchCollector:
             Reading(sig.POLL_ERRORS.name, (t.name, reason), float(count), ts=now)
             for reason, count in t.errors.items()
         )
+        out.extend(
+            Reading(sig.TABLE_PRESENT.name, (t.name, table), 1.0 if ok else 0.0, ts=now)
+            for table, ok in t.present.items()
+        )
         if t.profile is not None and t.discovered_at is not None:
             out.append(Reading(sig.SWITCH_INFO.name, (t.name, t.profile.name, t.sys_name), 1.0))
             out.extend(
@@ -297,15 +333,18 @@ class SwitchCollector:
         names = await walk(s, [IF_NAME, IF_DESCR], max_repetitions=reps, max_varbinds=mv)
         t.if_names = {o[-1]: _text(v) for o, v in names[IF_NAME] if len(o) == len(IF_NAME) + 1}
         t.if_descrs = {o[-1]: _text(v) for o, v in names[IF_DESCR] if len(o) == len(IF_DESCR) + 1}
-        # One GETBULK with repetitions 1 tells which of the profile's tables exist.
-        probes = [tb.probe_oid() for tb in profile.tables]
+        # One GETBULK with repetitions 1 tells which of the profile's tables
+        # exist, and whether ifXTable and the LLDP remote table do.
+        probes = [tb.probe_oid() for tb in profile.tables] + [_IFX, LLDP_REM]
         present: list[Table] = []
-        if probes:
-            reply = await s.bulk(probes, 1)
-            for tb, (oid, value) in zip(profile.tables, reply, strict=False):
-                p = tb.probe_oid()
-                if not isinstance(value, Special) and oid[: len(p)] == p and len(oid) > len(p):
-                    present.append(tb)
+        found: list[bool] = []
+        reply = await s.bulk(probes, 1)
+        for k, p in enumerate(probes):
+            oid, value = reply[k] if k < len(reply) else (p, Special.END_OF_MIB_VIEW)
+            found.append(
+                not isinstance(value, Special) and oid[: len(p)] == p and len(oid) > len(p)
+            )
+        present = [tb for tb, ok in zip(profile.tables, found, strict=False) if ok]
         t.tables = present
         old = dict(t.uplink_ports)
         if t.mode == "switch":
@@ -331,8 +370,42 @@ class SwitchCollector:
         if profile.cbqos_ecn and t.ports:
             cols = await walk(s, list(_cbqos.DISCOVERY_COLUMNS), max_repetitions=reps)
             t.cbqos = _cbqos.map_objects(cols, t.ports)
+        by_signal = {tb.signal for tb in present}
+        tables = {
+            "pfc": bool(by_signal & _PFC_SIGNALS),
+            "queue": "queue_drops" in by_signal,
+            "ecn": bool(t.cbqos),
+            "lldp": found[-1],
+            "ifxtable": found[-2],
+        }
+        if tables != t.present:
+            log.info(
+                "switch_tables",
+                switch=t.name,
+                profile=profile.name,
+                present=[k for k in TABLES if tables[k]],
+                absent=[k for k in TABLES if not tables[k]],
+            )
+        t.present = tables
+        t.speeds = self._configured_speeds(t)
         await self._plan(t)
         t.discovered_at = self._env.monotonic()
+
+    def _configured_speeds(self, t: _Target) -> dict[int, float]:
+        """The target's ``port_speeds`` (Gb/s by name or ifIndex) as bit/s by ifIndex."""
+        if not t.cfg.port_speeds:
+            return {}
+        by_name = {n.lower(): i for i, n in {**t.if_descrs, **t.if_names}.items() if n}
+        out: dict[int, float] = {}
+        for key, gbps in t.cfg.port_speeds.items():
+            idx = by_name.get(key.lower())
+            if idx is None and key.isdigit():
+                idx = int(key)
+            if idx is None:
+                log.warning("switch_port_speed_unknown_port", switch=t.name, port=key)
+                continue
+            out[idx] = gbps * 1e9
+        return out
 
     async def _find_uplinks(self, t: _Target) -> dict[int, str]:
         assert t.session is not None
@@ -362,12 +435,19 @@ class SwitchCollector:
             )
         return {i: u.neighbour_port for i, u in sorted(found.items())}
 
+    @staticmethod
+    def _if_columns(t: _Target) -> list[Oid]:
+        # ifSpeed only stands in for ifHighSpeed: skip its varbinds where ifXTable exists.
+        if t.present.get("ifxtable", True):
+            return [c for c in IF_COLUMNS if c != IF_SPEED]
+        return list(IF_COLUMNS)
+
     async def _plan(self, t: _Target) -> None:
         """Work out this target's per-poll requests once per discovery."""
         t.get_oids = [SYS_UPTIME]
         t.walk_columns = []
         if t.mode == "switch":
-            t.walk_columns = list(IF_COLUMNS)
+            t.walk_columns = self._if_columns(t)
             for tb in t.tables:
                 t.walk_columns.extend([tb.column] if tb.column is not None else tb.columns)
             if t.cbqos:
@@ -375,7 +455,7 @@ class SwitchCollector:
             return
         ports = sorted(t.ports)
         for i in ports:
-            t.get_oids.extend((*col, i) for col in IF_COLUMNS)
+            t.get_oids.extend((*col, i) for col in self._if_columns(t))
             for tb in t.tables:
                 t.get_oids.extend((*c, i) for c in tb.columns)
         # Rows of (ifIndex, ...) tables: learn exactly which exist, then GET them.
@@ -466,6 +546,7 @@ class SwitchCollector:
             pd.counters[key] = (value + (prev[0] if prev else 0), tb)
         t.orphans = orphans
         self._uptime(t, uptime)
+        self._say_missing(t, ports)
         out: list[Reading] = []
         for if_index, pd in ports.items():
             self._port_readings(t, if_index, pd, ts, out)
@@ -478,6 +559,52 @@ class SwitchCollector:
                 labels = (t.name, t.ports[if_index], queue)
                 out.append(Reading(sig.ECN_MARKED.name, labels, float(marks), ts=ts, epoch=epoch))
         return out
+
+    def _say_missing(self, t: _Target, ports: dict[int, _PortData]) -> None:
+        """Log once per switch (again only when it changes) which IF-MIB columns are absent."""
+        if not ports:
+            return
+        have: set[str] = set()
+        for pd in ports.values():
+            have.update(pd.values)
+        if "speed" in have or t.present.get("ifxtable", True):
+            have.add("if_speed")  # only the fallback for ifHighSpeed, read without ifXTable
+        missing = tuple(_COLUMN_NAMES[c] for c in IF_COLUMNS.values() if c not in have)
+        no_speed = sorted(
+            t.ports[i] for i, pd in ports.items() if i in t.ports and self._speed_bps(t, i, pd) <= 0
+        )
+        said = (*missing, *no_speed)
+        if said == t.missing_said:
+            return
+        t.missing_said = said
+        if not missing and not no_speed:
+            return
+        log.warning(
+            "switch_columns_missing",
+            switch=t.name,
+            missing=list(missing),
+            ports_without_speed=no_speed[:20],
+            ports_without_speed_count=len(no_speed),
+            effect="no utilization and no frame-based pfc_pause_ratio on ports without speed; "
+            "set port_speeds for them"
+            if no_speed
+            else "",
+        )
+
+    @staticmethod
+    def _speed_bps(t: _Target, if_index: int, pd: _PortData) -> float:
+        """Port speed in bit/s: configured, else ifHighSpeed, else ifSpeed below its cap."""
+        configured = t.speeds.get(if_index)
+        if configured:
+            return configured
+        v = pd.values
+        high = v.get("speed", 0)
+        if high > 0:
+            return float(high) * 1e6
+        low = v.get("if_speed", 0)
+        if 0 < low < IF_SPEED_MAX:
+            return float(low)
+        return 0.0
 
     def _uptime(self, t: _Target, uptime: int | None) -> None:
         if uptime is None:
@@ -517,8 +644,8 @@ class SwitchCollector:
             t.oper[if_index] = oper
             out.append(Reading(sig.PORT_UP.name, sp, 1.0 if oper == 1 else 0.0, ts=ts))
             out.append(Reading(sig.PORT_FLAPS.name, sp, float(flaps), ts=ts))
-        speed_bps = float(v.get("speed", 0)) * 1e6
-        if "speed" in v:
+        speed_bps = self._speed_bps(t, if_index, pd)
+        if speed_bps > 0:
             out.append(Reading(sig.SPEED.name, sp, speed_bps / 8, ts=ts))
         for name, spec, direction in (
             ("in_octets", sig.RX_BYTES, "rx"),
@@ -601,6 +728,10 @@ class SwitchCollector:
             elif signal == "queue_drops":
                 out.append(
                     Reading(
-                        sig.QUEUE_DROPS.name, (sw, port, str(sub)), float(value), ts=ts, epoch=epoch
+                        sig.QUEUE_DROPS.name,
+                        (sw, port, tb.queue_label(sub)),
+                        float(value),
+                        ts=ts,
+                        epoch=epoch,
                     )
                 )

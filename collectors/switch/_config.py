@@ -48,6 +48,13 @@ class TargetSettings:
     uplinks: list[str] = option(
         [], "Static uplink ports (ifName, ifDescr or ifIndex); overrides LLDP discovery."
     )
+    port_speeds: dict[str, float] = option(
+        {},
+        "Port speed in Gb/s by ifName, ifDescr or ifIndex; overrides ifHighSpeed / ifSpeed "
+        "(for agents without ifXTable, whose ifSpeed pins at 4294967295 above 4.29 Gb/s).",
+        min=0.001,
+        max=100000.0,
+    )
     client: Literal["auto", "native", "pysnmp"] = option(
         "auto", "SNMP client: native (fast v2c), pysnmp, or auto (native for v2c, pysnmp for v3)."
     )

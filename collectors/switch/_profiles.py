@@ -67,6 +67,13 @@ class CounterTable:
     base: int = option(0, "Number of the first priority/queue (Dell numbers priorities 1..8).")
     unit: float = option(1.0, "Seconds per unit for pfc_duration (1e-6 for microseconds).")
     bits: int = option(64, "Counter width.", min=32, max=64)
+    multicast_from: int = option(
+        -1,
+        "queue_drops: queues numbered from this value up (after base) are multicast queues, "
+        "labelled mc0, mc1, ... (-1: none).",
+        min=-1,
+        max=255,
+    )
 
     def validate(self) -> None:
         """Consistent layout for the signal."""
@@ -136,10 +143,16 @@ class Table:
     base: int
     unit: float
     bits: int
+    multicast_from: int = -1
 
     def key(self) -> tuple[str, str]:
         """(signal, direction)."""
         return self.signal, self.direction
+
+    def queue_label(self, sub: int) -> str:
+        """The ``queue`` label of 0-based queue ``sub`` (multicast queues: ``mc<n>``)."""
+        mc = self.multicast_from
+        return f"mc{sub - mc}" if 0 <= mc <= sub else str(sub)
 
     def probe_oid(self) -> Oid:
         """An OID whose GETNEXT tells whether the table exists."""
@@ -200,6 +213,7 @@ def _compile(pf: ProfileFile, generic: tuple[Table, ...], source: str) -> Profil
                 base=c.base,
                 unit=c.unit,
                 bits=c.bits,
+                multicast_from=c.multicast_from,
             )
         )
     if pf.include_generic:

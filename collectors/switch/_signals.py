@@ -66,7 +66,11 @@ UTILIZATION = MetricSpec(
     SPD,
 )
 SPEED = MetricSpec(
-    "fabricwatch_switch_port_speed_bytes", G, "Port speed (ifHighSpeed) in bytes per second.", SP
+    "fabricwatch_switch_port_speed_bytes",
+    G,
+    "Port speed in bytes per second: the target's port_speeds setting, else ifHighSpeed, "
+    "else ifSpeed below 4294967295.",
+    SP,
 )
 QUEUE_DROPS = MetricSpec(
     "fabricwatch_switch_queue_dropped_packets", C, "Packets dropped per egress queue.", SPQ
@@ -120,6 +124,13 @@ ORPHAN_ROWS = MetricSpec(
     "Rows of the last poll whose ifIndex is not in ifTable (e.g. unused breakout lanes).",
     ("switch",),
 )
+TABLE_PRESENT = MetricSpec(
+    "fabricwatch_switch_table_present",
+    G,
+    "1 when the switch serves the table, 0 when it is absent or empty "
+    "(table = pfc, queue, ecn, lldp, ifxtable).",
+    ("switch", "table"),
+)
 PORTS_POLLED = MetricSpec(
     "fabricwatch_switch_ports_polled", G, "Ports polled on the switch.", ("switch",)
 )
@@ -149,5 +160,6 @@ ALL = (
     POLL_ERRORS,
     MALFORMED,
     ORPHAN_ROWS,
+    TABLE_PRESENT,
     PORTS_POLLED,
 )

@@ -9,6 +9,7 @@ fabricwatch's own or dcgm-exporter / node_exporter / snmp_exporter ones
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import tomllib
 from collections.abc import Callable, Iterator
@@ -30,9 +31,12 @@ from fabricwatch.engine.replay import (
     MAPPING_TABLE,
     Mapper,
     ReplayError,
+    ReplayResult,
     fetch_prometheus,
+    parse_nic_map,
     parse_openmetrics,
     run_replay,
+    sample_spacing,
 )
 from fabricwatch.engine.settings import EngineSettings
 from fabricwatch.errors import ConfigError, ParseError, StoreError
@@ -65,6 +69,14 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--db", type=Path, help="also persist incidents into this SQLite file")
     parser.add_argument("--json", action="store_true", help="fabricwatch.incident/v1 JSON array")
     parser.add_argument("--list-mappings", action="store_true", help="print the name mapping table")
+    parser.add_argument(
+        "--nic-map",
+        action="append",
+        default=[],
+        metavar="NETDEV=RDMA_DEVICE[:PORT]",
+        help="name node_ethtool devices by their RDMA port, as the live collector does "
+        "(repeatable; fabricwatch_nic_info series in the input do it automatically)",
+    )
 
 
 def _settings(path: Path | None) -> EngineSettings:
@@ -113,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_OK
     try:
         settings = _settings(args.config)
-        mapper = Mapper()
+        mapper = Mapper(parse_nic_map(args.nic_map))
         if args.prometheus:
             if args.files:
                 err("give OpenMetrics files or --prometheus, not both")
@@ -161,14 +173,64 @@ def run(args: argparse.Namespace) -> int:
         err(str(exc))
         return EXIT_ERROR
     docs: list[dict[str, Any]] = [to_json(t.incident) for t in result.incidents()]
-    hours = (result.end - result.start) / 3600.0
-    sys.stderr.write(
-        f"replayed {hours:.2f} h, {result.readings} samples "
-        f"(+{result.skipped} the engine does not read), {result.ticks} ticks: "
-        f"{len(docs)} incident(s)\n"
-    )
+    summary = replay_summary(mapper, result, samples, settings, len(docs))
+    sys.stderr.write(format_summary(summary))
+    if args.json:
+        # stdout stays the incident array (fabricwatch.incident/v1); the summary
+        # follows on stderr as one JSON object on its own (last) line.
+        sys.stderr.write(json.dumps(summary, sort_keys=True) + "\n")
     (print_json if args.json else print_table)(docs, sys.stdout)
     return EXIT_OK
+
+
+def replay_summary(
+    mapper: Mapper,
+    result: ReplayResult,
+    samples: list[tuple[float, str, tuple[str, ...], float]],
+    settings: EngineSettings,
+    incidents: int,
+) -> dict[str, Any]:
+    """What was replayed and what was not used, by name, with sample counts."""
+    spacing = sample_spacing(samples)
+    return {
+        "schema": "fabricwatch.replay-summary/v1",
+        "hours": round((result.end - result.start) / 3600.0, 4),
+        "samples_read": mapper.samples,
+        "samples_replayed": result.readings,
+        "rejected": result.rejected,
+        "ticks": result.ticks,
+        "incidents": incidents,
+        "unmapped": dict(sorted(mapper.ignored.items())),
+        "mapped_not_read": dict(mapper.unused),
+        "dropped": dict(sorted(mapper.dropped.items())),
+        "spacing_seconds": spacing.median if spacing else None,
+        "spacing_warning": spacing.warning(settings) if spacing else "",
+    }
+
+
+def _counts(d: dict[str, int]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in d.items())
+
+
+def format_summary(s: dict[str, Any]) -> str:
+    """The summary for people (stderr)."""
+    skipped = sum(s["mapped_not_read"].values())
+    lines = [
+        f"replayed {s['hours']:.2f} h, {s['samples_replayed']} samples "
+        f"(+{skipped} the engine does not read), {s['ticks']} ticks: "
+        f"{s['incidents']} incident(s)"
+    ]
+    if s["spacing_seconds"] is not None:
+        lines.append(f"sample spacing: {s['spacing_seconds']:g} s")
+    if s["unmapped"]:
+        lines.append(f"not mapped (samples): {_counts(s['unmapped'])}")
+    if s["mapped_not_read"]:
+        lines.append(f"mapped, read by no scorer (samples): {_counts(s['mapped_not_read'])}")
+    if s["dropped"]:
+        lines.append(f"dropped (samples): {_counts(s['dropped'])}")
+    if s["spacing_warning"]:
+        lines.append(f"warning: {s['spacing_warning']}")
+    return "".join(f"{ln}\n" for ln in lines)
 
 
 def _node_from(matchers: list[str]) -> str | None:

@@ -39,6 +39,7 @@ SW_PORT_UP = "fabricwatch_switch_port_up"
 SW_RX_BYTES = "fabricwatch_switch_port_receive_bytes"
 SW_TX_BYTES = "fabricwatch_switch_port_transmit_bytes"
 SW_DISCARDS = "fabricwatch_switch_port_discards"
+SW_SPEED = "fabricwatch_switch_port_speed_bytes"
 NIC_PFC_RATIO = "fabricwatch_nic_pfc_pause_ratio"
 NIC_PFC_FRAMES = "fabricwatch_nic_pfc_pause_frames"
 NIC_ECN = "fabricwatch_nic_ecn_marked_packets"
@@ -49,6 +50,7 @@ NIC_LINK_UP = "fabricwatch_nic_link_up"
 NIC_LINK_DOWNED = "fabricwatch_nic_link_downed"
 NIC_TX_BYTES = "fabricwatch_nic_transmit_bytes"
 NIC_RX_BYTES = "fabricwatch_nic_receive_bytes"
+NIC_RATE = "fabricwatch_nic_link_rate_bytes_per_second"
 ST_PROBE_HIST = "fabricwatch_storage_probe_latency_seconds"
 ST_PROBE_LAST = "fabricwatch_storage_probe_last_latency_seconds"
 ST_PROBE_FAIL = "fabricwatch_storage_probe_failures"
@@ -85,6 +87,7 @@ SIGNAL_SPECS: Mapping[str, MetricSpec] = {
         MetricSpec(SW_RX_BYTES, C, "Switch port received bytes.", _SW),
         MetricSpec(SW_TX_BYTES, C, "Switch port transmitted bytes.", _SW),
         MetricSpec(SW_DISCARDS, C, "Switch port discards.", (*_SW, "direction")),
+        MetricSpec(SW_SPEED, G, "Switch port speed in bytes per second.", _SW),
         MetricSpec(NIC_PFC_RATIO, G, "Host NIC PFC pause-time fraction, 0-1.", _NICP),
         MetricSpec(NIC_PFC_FRAMES, C, "Host NIC PFC pause frames.", _NICP),
         MetricSpec(NIC_ECN, C, "RoCE packets received ECN-marked.", _NIC),
@@ -95,6 +98,7 @@ SIGNAL_SPECS: Mapping[str, MetricSpec] = {
         MetricSpec(NIC_LINK_DOWNED, C, "NIC link_downed events.", _NIC),
         MetricSpec(NIC_TX_BYTES, C, "RDMA port transmitted bytes.", _NIC),
         MetricSpec(NIC_RX_BYTES, C, "RDMA port received bytes.", _NIC),
+        MetricSpec(NIC_RATE, G, "RDMA port link rate in bytes per second.", _NIC),
         MetricSpec(ST_PROBE_HIST, H, "Storage probe latency in seconds.", ("path",)),
         MetricSpec(ST_PROBE_LAST, G, "Latest storage probe latency in seconds.", ("path",)),
         MetricSpec(ST_PROBE_FAIL, C, "Storage probe failures.", ("path", "reason")),
@@ -118,8 +122,12 @@ FAMILY_GROUPS: Mapping[str, tuple[str, ...]] = {
 }
 """Evidence families; an absent group lowers confidence and is named in the incident."""
 
+SPEED_FAMILIES: frozenset[str] = frozenset({SW_SPEED, NIC_RATE})
+"""Port speeds: what turns PFC frames/s into a paused fraction per port
+(speed / (65535 x 512) frames/s hold a priority paused). Replay keeps them."""
+
 ENGINE_FAMILIES: frozenset[str] = frozenset(
-    {GPU_POWER_LIMIT, GPU_MEM, GPU_PROCS, GPU_JOB}.union(*FAMILY_GROUPS.values())
+    {GPU_POWER_LIMIT, GPU_MEM, GPU_PROCS, GPU_JOB}.union(*FAMILY_GROUPS.values(), SPEED_FAMILIES)
 )
 """Every family the engine reads (tested against what it actually touches).
 Replay stores only these: byte counters of NICs and switch ports are many of a

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from fabricwatch.clock import Clock
-from fabricwatch.collector import Collector, CollectorEnv
+from fabricwatch.collector import CollectionFailedError, Collector, CollectorEnv
 from fabricwatch.collectors.gpu import GpuCollector, ScenarioClock
 from fabricwatch.config import Config, parse_config
 from fabricwatch.demo.node import (
@@ -48,7 +48,10 @@ class Rig:
     async def cycle(self, *names: str, seconds: float = 1.0) -> None:
         self.clock.advance(seconds)
         for n in names:
-            readings = await self.collectors[n].collect()
+            try:
+                readings = await self.collectors[n].collect()
+            except CollectionFailedError as exc:  # down, with readings saying why (supervisor)
+                readings = exc.readings
             self.store.ingest(n, readings, self.clock())
 
     def value(self, name: str, labels: tuple[str, ...]) -> float | None:

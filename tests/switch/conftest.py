@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from fabricwatch.collector import CollectorEnv
+from fabricwatch.collector import CollectionFailedError, CollectorEnv
 from fabricwatch.collectors.switch import SwitchCollector, SwitchSettings, TargetSettings
 from fabricwatch.collectors.switch._client import NativeV2cSession, SnmpError
 from fabricwatch.store import SnapshotStore
@@ -200,10 +200,20 @@ class Harness:
     collector: SwitchCollector
     store: SnapshotStore
     clock: Callable[[], float]
+    down: bool = False
 
     async def poll(self) -> int:
-        """One collection, ingested; returns the number of readings."""
-        readings = await self.collector.collect()
+        """One collection, ingested; returns the number of readings.
+
+        When every target failed the collector raises; its health readings
+        are ingested all the same (as the supervisor does) and ``down`` is set.
+        """
+        try:
+            readings = await self.collector.collect()
+            self.down = False
+        except CollectionFailedError as exc:
+            readings = exc.readings
+            self.down = True
         result = self.store.ingest("switch", readings, self.clock())
         assert result.rejected == 0, result.reasons
         return len(readings)

@@ -263,6 +263,124 @@ def _cbqos_ecn(ports: list[tuple[int, str]]) -> Iterator[str]:
     yield f"{cb}.7.1.1.1.5003|4|c-out-q3"
 
 
+def _if_table_only(ports: list[tuple[int, str, int]]) -> Iterator[str]:
+    """ifTable rows alone (no ifXTable): name in ifDescr, ifSpeed in bit/s (pinned at 2^32-1)."""
+    for i, name, bps in ports:
+        yield f"{IFT}.1.{i}|2|{i}"
+        yield f"{IFT}.2.{i}|4|{name}"
+        yield f"{IFT}.5.{i}|66|{min(bps, 2**32 - 1)}"
+        yield f"{IFT}.8.{i}|2|1"
+        yield f"{IFT}.10.{i}|65:numeric|rate=1000000,initial=1000"
+        for col in (13, 14, 19, 20):
+            yield f"{IFT}.{col}.{i}|65|0"
+        yield f"{IFT}.16.{i}|65:numeric|rate=1000000,initial=1000"
+
+
+def arista_7280r() -> str:
+    """EOS 4.33 on a 7280R-like box: ARISTA-PFC per COS, no ifXTable, unused breakout lanes.
+
+    Ethernet1/1 (ifIndex 1001, 100G) is in a PFC storm on COS 3: 2980
+    frames/s hold a 100G priority paused (100e9 / (65535 x 512)). Its ifSpeed
+    pins at 2^32-1, so only a configured speed gives a ratio. Lanes 1002-1004
+    of the same cage have PFC rows but no ifTable row. Ethernet53 (1G,
+    ifSpeed 1e9) receives 10 frames/s: 33.6 % paused from ifSpeed alone.
+    ARISTA-QUEUE egress drops: queues 0-7 unicast (type 0), 8-15 multicast
+    (type 1); multicast queue 8 (MC0) drops 4/s on Ethernet1/1.
+    """
+    ports = [
+        (1001, "Ethernet1/1", 100_000_000_000),
+        (2001, "Ethernet2/1", 100_000_000_000),
+        (53, "Ethernet53", 1_000_000_000),
+        (999001, "Management1", 1_000_000_000),
+    ]
+    named = [(i, n) for i, n, _ in ports]
+
+    def lines() -> Iterator[str]:
+        yield from _system(
+            "Arista Networks EOS version 4.33.2F running on an Arista Networks DCS-7280CR3-32P4",
+            "1.3.6.1.4.1.30065.1.3011.7280.1334.32",
+            "spine-7280r-1",
+        )
+        yield from _if_table_only(ports)
+        yield from _lldp(named[:2], {1001: ("gpu-node-9", "ens1f0np0")})
+        pfc = "1.3.6.1.4.1.30065.3.11.1.1.1"
+        for i in (1001, 1002, 1003, 1004, 2001, 53):
+            for p in range(8):
+                rx = 2980 if (i == 1001 and p == 3) else 10 if (i == 53 and p == 3) else 0
+                yield f"{pfc}.3.{i}.{p}|70|0"
+                yield f"{pfc}.4.{i}.{p}|70:numeric|rate={rx},initial=0"
+        qd = "1.3.6.1.4.1.30065.3.6.1.2.1.6"
+        for i in (1001, 2001):
+            for q in range(16):
+                rate = 4 if (i == 1001 and q == 8) else 0
+                yield f"{qd}.{i}.{q}.{0 if q < 8 else 1}|70:numeric|rate={rate},initial=0"
+
+    return _rec(lines())
+
+
+def sonic_no_pfc() -> str:
+    """Community SONiC whose agent serves no CISCO-PFC-EXT rows (PFC counters absent)."""
+    ports = [(n * 4 + 1, f"Ethernet{n * 4}") for n in range(4)]
+
+    def lines() -> Iterator[str]:
+        yield from _system(
+            "SONiC Software Version: SONiC.202405.fabricwatch-fixture - HwSku: Arista-7060X6",
+            "1.3.6.1.4.1.8072.3.2.10",
+            "leaf-sonic-nopfc",
+        )
+        yield from _if_rows(ports, speed=400000)
+        yield from _lldp(ports, {1: ("gpu-node-2", "eth0")})
+        for i, _ in ports:
+            for g in range(1, 9):
+                yield f"1.3.6.1.4.1.9.9.580.1.5.5.1.4.{i}.2.{g}.5|70|0"
+
+    return _rec(lines())
+
+
+def cumulus_by_oid() -> str:
+    """Cumulus whose sysDescr is plain "Linux ..." (sysObjectID under enterprise 40310)."""
+    ports = [(11, "swp1"), (12, "swp2")]
+
+    def lines() -> Iterator[str]:
+        yield from _system(
+            "Linux leaf02 5.10.0-cl-1-amd64 #1 SMP Debian 5.10.189-1+cl5.9.1u5 x86_64",
+            "1.3.6.1.4.1.40310.1.1",
+            "leaf-cumulus-2",
+        )
+        yield from _if_rows(ports, speed=100000)
+        pfc = "1.3.6.1.4.1.40310.2.2.3.1"
+        for i, name in ports:
+            yield f"{pfc}.1.{i}|4|{name}"
+            for p in range(8):
+                yield f"{pfc}.{4 + 2 * p}.{i}|70:numeric|rate={3 if p == 3 else 0}"
+                yield f"{pfc}.{5 + 2 * p}.{i}|70|0"
+
+    return _rec(lines())
+
+
+def storm_25g_100g() -> str:
+    """SONiC with a 25G and a 100G port, each receiving PFC on priority 3 at the rate
+    that holds it paused all the time: speed / (65535 x 512) = 745/s and 2980/s."""
+    ports = [(1, "Ethernet0"), (5, "Ethernet4")]
+
+    def lines() -> Iterator[str]:
+        yield from _system(
+            "SONiC Software Version: SONiC.202311.fabricwatch-fixture - HwSku: Mellanox-SN2410",
+            "1.3.6.1.4.1.8072.3.2.10",
+            "leaf-storm-1",
+        )
+        rows = list(_if_rows(ports[:1], speed=25000)) + list(_if_rows(ports[1:], speed=100000))
+        yield from rows
+        pfc = "1.3.6.1.4.1.9.9.813.1"
+        for i, _ in ports:
+            for p in range(8):
+                rate = (745 if i == 1 else 2980) if p == 3 else 0
+                yield f"{pfc}.2.1.2.{i}.{p}|70|0"
+                yield f"{pfc}.2.1.3.{i}.{p}|70:numeric|rate={rate},initial=0"
+
+    return _rec(lines())
+
+
 RECORDINGS = {
     "sonic-sim64": sonic64,
     "onyx-sim": onyx,
@@ -270,6 +388,10 @@ RECORDINGS = {
     "cumulus-counters-sim": cumulus_counters,
     "dell-os9-fpstats-sim": dell_fpstats,
     "nxos-pfc-sim": nxos_pfc,
+    "arista-7280r-sim": arista_7280r,
+    "sonic-nopfc-sim": sonic_no_pfc,
+    "cumulus-oid-sim": cumulus_by_oid,
+    "storm-25g-100g-sim": storm_25g_100g,
 }
 
 

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import structlog
 
 from fabricwatch.collectors.switch import TargetSettings
 from fabricwatch.collectors.switch._client import NativeV2cSession, PysnmpSession, walk
@@ -37,6 +38,10 @@ EXPECTED_PROFILE = {
     "cumulus-counters-sim": "cumulus",
     "dell-os9-fpstats-sim": "dell-os9",
     "nxos-pfc-sim": "nxos",
+    "arista-7280r-sim": "arista",
+    "sonic-nopfc-sim": "sonic",
+    "cumulus-oid-sim": "cumulus",
+    "storm-25g-100g-sim": "sonic",
 }
 MUST_HAVE = {
     "arista-7150s52-eos420-ieeepfc": {("pfc_total_frames", "rx"), ("link_pause_frames", "tx")},
@@ -96,7 +101,8 @@ async def test_recording_vendor_tables_ports_lldp(
     oids = _oids(_file(shared_data, stem))
     h = make_harness([_target(tmp_path, snmpsim, stem, mode="switch")])
     await h.collector.start()
-    await h.poll()
+    with structlog.testing.capture_logs() as logs:
+        await h.poll()
     st = h.collector.target_state(stem)
     assert st.up, st.last_error
     assert st.profile is not None and st.profile.name == EXPECTED_PROFILE[stem]
@@ -109,6 +115,26 @@ async def test_recording_vendor_tables_ports_lldp(
     }
     assert {t.key() for t in st.tables} == want
     assert MUST_HAVE.get(stem, set()) <= want
+
+    # Presence gauges per table, against the file, and one log line saying so.
+    def under(prefix: tuple[int, ...]) -> bool:
+        return any(o[: len(prefix)] == prefix and len(o) > len(prefix) for o in oids)
+
+    signals = {k[0] for k in want}
+    ecn_col = (1, 3, 6, 1, 4, 1, 9, 9, 166, 1, 20, 1, 1, 21)
+    expected = {
+        "pfc": bool(signals & {"pfc_frames", "pfc_duration", "pfc_total_frames"}),
+        "queue": "queue_drops" in signals,
+        "ecn": st.profile.cbqos_ecn and under(ecn_col),
+        "lldp": under((1, 0, 8802, 1, 1, 2, 1, 4, 1, 1)),
+        "ifxtable": under((1, 3, 6, 1, 2, 1, 31, 1, 1, 1)),
+    }
+    present = {
+        s.labels[1]: s.value == 1.0 for s in h.store.family("fabricwatch_switch_table_present")
+    }
+    assert present == expected
+    (line,) = [e for e in logs if e["event"] == "switch_tables"]
+    assert line["present"] == [k for k, v in expected.items() if v]
     up = h.store.family("fabricwatch_switch_port_up")
     assert len(up) == len(
         {
