@@ -236,7 +236,6 @@ def build_parser() -> argparse.ArgumentParser:
         "--config",
         type=Path,
         default=None,
-        dest="global_config",
         metavar="FILE",
         help=f"config file (default: {DEFAULT_CONFIG_PATH} if present); also after COMMAND",
     )
@@ -305,7 +304,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # Commands that read fabricwatch.toml and so take --config after the name too
-# (replay and fleet define their own --config, which main() merges the same way).
+# (replay and fleet define their own, also with default=SUPPRESS: given after the
+# command it wins, absent it leaves the one given before).
 _USES_CONFIG = frozenset({"run", "check-config", "incidents"})
 
 
@@ -313,9 +313,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``fabricwatch`` console script."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    # One --config, wherever it was given; after the command wins.
-    if getattr(args, "config", None) is None:
-        args.config = args.global_config
     func = cast(Callable[[argparse.Namespace], int], args.func)
     try:
         return func(args)

@@ -64,7 +64,12 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="node name in incidents (default: --match node=, else 'replay')",
     )
-    parser.add_argument("--config", type=Path, help="fabricwatch.toml whose [engine] table to use")
+    parser.add_argument(
+        "--config",
+        type=Path,
+        default=argparse.SUPPRESS,  # keeps a --config given before the command
+        help="fabricwatch.toml whose [engine] table to use (also before the command)",
+    )
     parser.add_argument("--db", type=Path, help="also persist incidents into this SQLite file")
     parser.add_argument("--json", action="store_true", help="fabricwatch.incident/v1 JSON array")
     parser.add_argument("--list-mappings", action="store_true", help="print the name mapping table")
@@ -178,7 +183,7 @@ def run(args: argparse.Namespace) -> int:
             sys.stdout.write(f"{source}\n    -> {target}: {how}\n")
         return EXIT_OK
     try:
-        settings = _settings(args.config)
+        settings = _settings(getattr(args, "config", None))
         mapper = Mapper()
         if args.prometheus:
             if args.files:

@@ -60,6 +60,17 @@ def test_config_before_and_after_the_command(
     assert json.loads(capsys.readouterr().out)["daemon"]["node"] == "after-the-command"
     assert main(["--config", str(cfg), "check-config", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["daemon"]["node"] == "after-the-command"
+    # replay reads [engine] of the same file, from either place.
+    om = tmp_path / "t.om"
+    with om.open("w") as f:
+        write_openmetrics(flatten(_scenario()), f.write)
+    strict = tmp_path / "strict.toml"
+    strict.write_text("[engine]\nmin_duration = '5m'\nmin_duration_with_evidence = '5m'\n")
+    assert main(["replay", str(om), "--json"]) == 0
+    assert len(json.loads(capsys.readouterr().out)) == 1
+    for argv in (["--config", str(strict), "replay"], ["replay", "--config", str(strict)]):
+        assert main([*argv, str(om), "--json"]) == 0
+        assert json.loads(capsys.readouterr().out) == []  # the 30 s stall is under 5 min
 
 
 def test_version_option(capsys: pytest.CaptureFixture[str]) -> None:
