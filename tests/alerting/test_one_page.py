@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import shutil
 import subprocess
 import time
@@ -289,3 +290,34 @@ async def test_double_page_collapses_to_one_notification(
     finally:
         await sender.close()
         db.close()
+
+
+def _anchors(markdown: str) -> set[str]:
+    out = set()
+    for line in markdown.splitlines():
+        if line.startswith(("## ", "### ")):
+            title = line.lstrip("#").strip().lower()
+            out.add(re.sub(r"[^a-z0-9 -]", "", title).replace(" ", "-"))
+    return out
+
+
+def test_runbook_links_point_at_real_anchors() -> None:
+    from fabricwatch.outputs.sinks.alertmanager import ALERTNAMES
+
+    anchors = _anchors((REPO / "docs" / "runbook.md").read_text(encoding="utf-8"))
+    for name in ALERTNAMES.values():
+        assert name.lower() in anchors, f"docs/runbook.md has no section for {name}"
+    rules = yaml.safe_load(RULES.read_text(encoding="utf-8"))
+    for group in rules["groups"]:
+        for rule in group["rules"]:
+            url = rule.get("annotations", {}).get("runbook_url")
+            if url is None:
+                continue
+            assert "example.invalid" not in url and "$externalLabels" in url
+            assert url.endswith("#" + rule["alert"].lower())
+    for doc in ("alerting.md", "deploy.md", "switches.md"):
+        text = (REPO / "docs" / doc).read_text(encoding="utf-8")
+        for anchor in re.findall(r"runbook\.md#([a-z0-9-]+)", text):
+            assert anchor in anchors, f"docs/{doc} links to missing runbook anchor {anchor}"
+        for target, anchor in re.findall(r"\]\(([a-z-]+\.md)#([a-z0-9-]+)\)", text):
+            assert anchor in _anchors((REPO / "docs" / target).read_text()), (doc, anchor)

@@ -208,6 +208,8 @@ def test_exit_codes_follow_one_table(tmp_path: Path, capsys: pytest.CaptureFixtu
         f"{ExitCode.USAGE.value} invalid configuration or usage, "
         f"{ExitCode.CANNOT_START.value} the daemon cannot start" in " ".join(readme.split())
     )
+    for code in ExitCode:
+        assert f"\n| {code.value} | " in readme, f"README's exit-code table lacks {code.name}"
     # Every command's --help ends with the same table.
     from fabricwatch.cli import build_parser
     from fabricwatch.errors import EXIT_CODE_HELP
