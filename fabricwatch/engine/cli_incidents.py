@@ -65,8 +65,16 @@ def database_path(args: argparse.Namespace) -> Path:
             candidates.append(fallback_state_dir())
     paths = [c / DB_FILENAME for c in candidates]
     for path in paths:
-        if path.is_file():
-            return path
+        try:
+            if path.is_file():
+                return path
+        except PermissionError:
+            # systemd keeps a DynamicUser= service's state under /var/lib/private (0700).
+            msg = (
+                f"cannot look for {path}: permission denied; the daemon's state is "
+                "readable by root: sudo fabricwatch incidents"
+            )
+            raise StoreError(msg) from None
     where = " nor at ".join(str(p) for p in paths)
     msg = (
         f"no database at {where}: give the daemon's --state-dir (or --config), "

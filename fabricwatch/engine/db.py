@@ -19,6 +19,7 @@ recorded either, and the engine reports the error.
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -174,6 +175,9 @@ class IncidentDB:
             return self._conn
         if not self.path.is_file():
             raise StoreError(f"no database at {self.path}")
+        if not os.access(self.path, os.R_OK):
+            msg = f"cannot read {self.path}: permission denied (the daemon's state is root's)"
+            raise StoreError(msg)
         uri = self.path.resolve().as_uri() + "?mode=ro"
         try:
             conn = self._open_read_only(uri)

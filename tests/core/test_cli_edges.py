@@ -8,6 +8,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -285,3 +286,37 @@ def test_check_config_warns_about_missing_files(
     cfg.write_text('[mqtt]\nenabled = true\nusername = "fw"\npassword_file = "present-secret"\n')
     assert main(["check-config", str(cfg)]) == 0
     assert "warning" not in capsys.readouterr().err
+
+
+def test_incidents_in_a_private_state_dir_says_run_as_root() -> None:
+    # systemd's StateDirectory= with DynamicUser= lives under /var/lib/private (0700 root).
+    outer = Path(tempfile.mkdtemp(prefix="fw-private-"))  # pytest's tmp dirs are 0700
+    private = outer / "private"
+    try:
+        _db_with_incidents(private / "fabricwatch")
+        code = (
+            "import sys; sys.path[:0] = sys.argv[1:3]; from fabricwatch.cli import main; "
+            f"sys.exit(main(['incidents', '--state-dir', {str(private / 'fabricwatch')!r}]))"
+        )
+        site = next((Path(sys.prefix) / "lib").glob("python3*/site-packages"))
+        if os.geteuid() == 0:
+            if shutil.which("setpriv") is None or not Path("/usr/bin/python3").is_file():
+                pytest.skip("needs setpriv(1) and /usr/bin/python3 to run as another user")
+            # Debian's python3 (which nobody may run) with this checkout and the test
+            # venv's libraries: root's own interpreter may sit under a 0700 home.
+            outer.chmod(0o755)
+            private.chmod(0o700)
+            argv = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+            argv += ["/usr/bin/python3", "-c", code, str(REPO), str(site)]
+        else:
+            private.chmod(0o000)
+            argv = [sys.executable, "-c", code, str(REPO), str(site)]
+        proc = subprocess.run(
+            argv, capture_output=True, text=True, timeout=120, cwd="/", check=False
+        )
+    finally:
+        private.chmod(0o700)
+        shutil.rmtree(outer, ignore_errors=True)
+    assert proc.returncode == ExitCode.FAILURE, proc.stderr
+    assert "permission denied" in proc.stderr and "sudo fabricwatch incidents" in proc.stderr
+    assert "Traceback" not in proc.stderr
