@@ -252,10 +252,7 @@ def test_no_service_started_on_install(installed: Dpkg) -> None:
     assert "status installed fabricwatch" in log
     # Nothing enabled: no wants symlink anywhere under the root.
     wants = list(installed.root.glob("etc/systemd/system/*.wants/fabricwatch.service"))
-    assert wants == []
-    postinst = (REPO / "deploy/debian/postinst").read_text()
-    assert "enable" not in postinst.replace("not enabled", "").replace("enables", "")
-    assert "systemctl start" not in postinst and "try-restart" in postinst
+    assert wants == []  # what the scripts tell systemd: test_maintainer_scripts_...
 
 
 def test_conffile_kept_on_upgrade(installed: Dpkg, built: Built, tmp_path: Path) -> None:
@@ -306,3 +303,61 @@ def test_remove_keeps_state_and_config_purge_deletes_them(installed: Dpkg) -> No
     assert not (root / CONFFILE).exists()
     assert secret.read_text() == "s3cret"  # the operator's secrets are not ours to delete
     assert not (root / "opt/fabricwatch").exists()
+
+
+def maintainer_script(tmp_path: Path, script: str, *args: str) -> list[str]:
+    """Run a maintainer script as on a systemd host, with systemctl and
+    deb-systemd-helper replaced by recorders; returns the calls they got and,
+    last, whether the state directory survived.
+
+    /run/systemd/system (how the scripts tell systemd is running) and a state
+    directory exist only in a private mount namespace with its own /run and
+    /var/lib, so the host is untouched.
+    """
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("needs root and unshare(1) for a private /run")
+    fake = tmp_path / "bin"
+    fake.mkdir(exist_ok=True)
+    log = tmp_path / "calls.log"
+    log.write_text("")
+    for tool in ("systemctl", "deb-systemd-helper", "deb-systemd-invoke"):
+        (fake / tool).write_text(f'#!/bin/sh\necho "{tool} $*" >> {log}\n')
+        (fake / tool).chmod(0o755)
+    path = REPO / "deploy" / "debian" / script
+    # A private /var/lib too: purge deletes /var/lib/fabricwatch, and must not here.
+    inner = (
+        "mount -t tmpfs none /run && mkdir -p /run/systemd/system && "
+        "mount -t tmpfs none /var/lib && mkdir -p /var/lib/private/fabricwatch && "
+        f'sh {path} "$@" && if [ -e /var/lib/private/fabricwatch ]; then echo state-kept; '
+        f"else echo state-deleted; fi >> {log}"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "DPKG_ROOT"}
+    env["PATH"] = f"{fake}:{env.get('PATH', '/usr/bin:/bin')}"
+    proc = run(
+        ["unshare", "-m", "--propagation", "private", "sh", "-c", inner, "sh", *args], env=env
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return log.read_text().splitlines()
+
+
+def test_maintainer_scripts_never_start_or_enable(tmp_path: Path) -> None:
+    # Fresh install: systemd learns the unit, nothing starts, nothing is enabled.
+    calls = maintainer_script(tmp_path, "postinst", "configure", "")
+    assert calls == [
+        "systemctl --system daemon-reload",
+        "deb-systemd-helper update-state fabricwatch.service",
+        "state-kept",
+    ]
+    # Upgrade: only a service that was running is restarted (try-restart).
+    calls = maintainer_script(tmp_path, "postinst", "configure", "0.1.0-1")
+    assert "systemctl try-restart fabricwatch.service" in calls
+    assert not [c for c in calls if " start " in f" {c} " or " enable" in c]
+    # Removal stops it; an upgrade's prerm leaves it to postinst's try-restart.
+    stop = ["systemctl stop fabricwatch.service", "state-kept"]
+    assert maintainer_script(tmp_path, "prerm", "remove") == stop
+    assert maintainer_script(tmp_path, "prerm", "upgrade", "0.1.0-2") == ["state-kept"]
+    # remove keeps the incidents; purge is the request to delete them.
+    assert maintainer_script(tmp_path, "postrm", "remove")[-1] == "state-kept"
+    calls = maintainer_script(tmp_path, "postrm", "purge")
+    assert "deb-systemd-helper purge fabricwatch.service" in calls
+    assert calls[-1] == "state-deleted"
