@@ -179,4 +179,38 @@ def to_json(board: dashboard.Dashboard, annotations: Sequence[dict[str, Any]] = 
         panel["id"] = i
     if annotations:
         doc.setdefault("annotations", {}).setdefault("list", []).extend(annotations)
-    return json.dumps(doc, indent=2, sort_keys=True) + "\n"
+    return json.dumps(with_inputs(doc), indent=2, sort_keys=True) + "\n"
+
+
+DS_INPUT = "DS_PROMETHEUS"
+"""The import input naming the Prometheus data source (``${DS_PROMETHEUS}``)."""
+
+
+def with_inputs(doc: dict[str, Any]) -> dict[str, Any]:
+    """Add Grafana's import inputs, as "Export for sharing externally" writes them.
+
+    Importing the file (UI or API) asks for a Prometheus data source and puts
+    its uid where ``${DS_PROMETHEUS}`` is: the default of ``$datasource``,
+    which every panel queries through. File provisioning does not substitute
+    inputs; there ``$datasource`` falls back to the default Prometheus data
+    source (deploy/grafana/provisioning sets one).
+    """
+    doc["__inputs"] = [
+        {
+            "name": DS_INPUT,
+            "label": "Prometheus",
+            "description": 'The Prometheus that scrapes fabricwatch (job="fabricwatch")',
+            "type": "datasource",
+            "pluginId": "prometheus",
+            "pluginName": "Prometheus",
+        }
+    ]
+    doc["__requires"] = [
+        {"type": "grafana", "id": "grafana", "name": "Grafana", "version": "11.6.0"},
+        {"type": "datasource", "id": "prometheus", "name": "Prometheus", "version": "1.0.0"},
+    ]
+    for var in doc.get("templating", {}).get("list", []):
+        if var.get("type") == "datasource" and var.get("name") == "datasource":
+            ref = "${" + DS_INPUT + "}"
+            var["current"] = {"selected": True, "text": ref, "value": ref}
+    return doc

@@ -26,6 +26,8 @@ from fabricwatch.settings import build, option
 DEFAULT_CONFIG_PATH = Path("/etc/fabricwatch/fabricwatch.toml")
 DEFAULT_PORT = 9477
 """Not yet claimed on the Prometheus default-port wiki; see README, "Port"."""
+CREDENTIALS_SOURCE = Path("/etc/fabricwatch/credentials")
+"""The unit's ``LoadCredential=fabricwatch:`` directory (files become ``fabricwatch_NAME``)."""
 
 
 @dataclass(kw_only=True)
@@ -53,6 +55,13 @@ class DaemonSettings:
         the node's name through the environment.
         """
         return self.node or os.environ.get("FABRICWATCH_NODE") or socket.gethostname()
+
+
+def fallback_state_dir() -> Path:
+    """``$XDG_STATE_HOME/fabricwatch``: where an unprivileged daemon keeps its state
+    when the default ``state_dir`` cannot be created (and where ``incidents`` looks)."""
+    xdg = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(xdg) / "fabricwatch"
 
 
 @dataclass(kw_only=True)
@@ -84,8 +93,10 @@ class LogSettings:
     """``[log]``: structured logging."""
 
     level: Literal["debug", "info", "warning", "error"] = option("info", "Minimum level logged.")
-    format: Literal["json", "console"] = option(
-        "json", "json (journald-friendly lines) or console (for people)."
+    format: Literal["auto", "json", "console"] = option(
+        "auto",
+        "json (journald-friendly lines), console (for people), or auto: console when "
+        "standard output is a terminal, else json.",
     )
 
 

@@ -21,12 +21,18 @@ from aiohttp import web
 
 from fabricwatch.clock import Clock
 from fabricwatch.collector import Collector, CollectorEnv, Registry
-from fabricwatch.config import Config, DaemonSettings, load_config, split_listen
+from fabricwatch.config import (
+    Config,
+    DaemonSettings,
+    fallback_state_dir,
+    load_config,
+    split_listen,
+)
 from fabricwatch.counters import TrackerSettings
 from fabricwatch.engine.core import Engine
 from fabricwatch.engine.db import IncidentDB
 from fabricwatch.engine.incidents import IncidentTransition, to_json
-from fabricwatch.errors import ConfigError, FabricwatchError
+from fabricwatch.errors import ConfigError, ExitCode, FabricwatchError
 from fabricwatch.logs import configure_logging
 from fabricwatch.outputs.alerting import AlertingService
 from fabricwatch.outputs.exposition import ReloadStatus, build_registry
@@ -39,9 +45,9 @@ from fabricwatch.webconfig import WebConfig, load_web_config
 
 log = structlog.get_logger("fabricwatch.daemon")
 
-EXIT_OK = 0
-EXIT_CONFIG = 2
-EXIT_STARTUP = 3
+EXIT_OK = ExitCode.OK
+EXIT_CONFIG = ExitCode.USAGE
+EXIT_STARTUP = ExitCode.CANNOT_START
 
 
 def raise_open_file_limit(want: int = 65536) -> int:
@@ -80,8 +86,7 @@ def resolve_state_dir(settings: DaemonSettings, explicit: bool) -> Path:
     if explicit:
         msg = f"{problem}; create it or set daemon.state_dir to a writable directory"
         raise ConfigError(msg, key="daemon.state_dir")
-    xdg = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    fallback = Path(xdg) / "fabricwatch"
+    fallback = fallback_state_dir()
     try:
         fallback.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

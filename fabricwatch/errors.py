@@ -6,6 +6,8 @@ its message is written for the operator: what went wrong and what to do.
 
 from __future__ import annotations
 
+from enum import IntEnum
+
 
 class FabricwatchError(Exception):
     """Base class of every fabricwatch error."""
@@ -66,3 +68,27 @@ class DeliveryError(FabricwatchError):
 
 class StoreError(FabricwatchError):
     """The state database is unusable (corrupt, too new, unwritable)."""
+
+
+class ExitCode(IntEnum):
+    """The exit status of every ``fabricwatch`` command (one table, in the README too).
+
+    ``USAGE`` is for what the operator typed or configured: fix the command or
+    the file and run it again. ``FAILURE`` is for what happened while doing the
+    work: a source unreachable, input that is not what it claims, a check that
+    did not pass. ``CANNOT_START`` is the daemon's (and the fleet aggregator's)
+    own: it never served, so systemd's restart policy should not hide it.
+    """
+
+    OK = 0
+    FAILURE = 1
+    USAGE = 2
+    CANNOT_START = 3
+    INTERRUPTED = 130
+
+
+EXIT_CODE_HELP = (
+    "Exit codes: 0 ok, 1 failure (a source unreachable, unusable input, a check that did not "
+    "pass), 2 invalid configuration or usage, 3 the daemon cannot start, 130 interrupted."
+)
+"""One sentence for ``--help`` epilogs and the man page."""

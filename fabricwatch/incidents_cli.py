@@ -2,7 +2,7 @@
 
 One command over the state directory's database; the listing itself lives
 with the feature that owns the table (engine for incidents, outputs for the
-outbox).
+outbox). Both find the database the same way (:func:`cli_incidents.database_path`).
 """
 
 from __future__ import annotations
@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 
 from fabricwatch.engine import cli_incidents
+from fabricwatch.engine._cli_common import EXIT_FAILURE, err
+from fabricwatch.errors import StoreError
 from fabricwatch.outputs import cli_deliveries
 
 
@@ -29,5 +31,10 @@ def run(args: argparse.Namespace) -> int:
     if args.deliveries:
         if args.limit is None:
             args.limit = 50
+        try:
+            args.state_dir = cli_incidents.database_path(args).parent
+        except StoreError as exc:
+            err(str(exc))
+            return EXIT_FAILURE
         return cli_deliveries.run(args)
     return cli_incidents.run(args)

@@ -22,11 +22,17 @@ _LEVELS = {
 
 def configure_logging(
     level: Literal["debug", "info", "warning", "error"] = "info",
-    fmt: Literal["json", "console"] = "json",
+    fmt: Literal["auto", "json", "console"] = "json",
     stream: TextIO | None = None,
 ) -> None:
-    """(Re)configure structlog; safe to call again on SIGHUP."""
+    """(Re)configure structlog; safe to call again on SIGHUP.
+
+    ``auto`` is console on a terminal (a person is reading) and JSON lines
+    otherwise (journald, a pipe, a container log).
+    """
     out = stream if stream is not None else sys.stdout
+    if fmt == "auto":
+        fmt = "console" if out.isatty() else "json"
     processors: list[Any] = [
         structlog.contextvars.merge_contextvars,
         structlog.processors.add_log_level,

@@ -43,12 +43,15 @@ from rich.progress import (
     TransferSpeedColumn,
 )
 
+from fabricwatch.errors import ExitCode
 from fabricwatch.settings import parse_duration, parse_size
 
 from ._mounts import find_mount, parse_mountinfo, resolve_path
 
 SCHEMA = "fabricwatch.probe-storage/v1"
-EXIT_OK, EXIT_OVER_BUDGET, EXIT_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 130
+# The over-budget verdict is a failed check (1); a bad PATH or size is usage (2).
+EXIT_OK, EXIT_OVER_BUDGET = ExitCode.OK, ExitCode.FAILURE
+EXIT_ERROR, EXIT_INTERRUPTED = ExitCode.USAGE, ExitCode.INTERRUPTED
 _ALIGN = 4096
 _COUNT = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([kKmMbBgGtT]?)\s*$")
 _COUNT_SCALE = {"": 1.0, "k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12}
@@ -120,6 +123,11 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         "Rehearse a checkpoint: write SIZE to PATH with large sequential writes and fsync, "
         "report sustained GB/s and per-write latency, and (with --params) whether a "
         "checkpoint of that model lands within the budget."
+    )
+    parser.epilog = (
+        "Exit codes: 0 measured (and the checkpoint fits the budget, with --params), "
+        "1 the checkpoint does not fit the budget, 2 usage or I/O error (PATH missing, "
+        "not enough free space, a write failed), 130 interrupted."
     )
     parser.add_argument("path", metavar="PATH", type=Path, help="directory to test (must exist)")
     parser.add_argument(
@@ -361,14 +369,17 @@ def _report(
     return out
 
 
-def _human(r: dict[str, Any]) -> str:
-    def b(n: float) -> str:
-        for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-            if abs(n) < 1024 or unit == "TiB":
-                return f"{n:.1f} {unit}" if unit != "B" else f"{n:.0f} B"
-            n /= 1024
-        return f"{n:.1f} TiB"  # pragma: no cover - loop always returns
+def human_bytes(n: float) -> str:
+    """``1536`` -> ``1.5 KiB``: binary units, as ``--size`` takes them."""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if abs(n) < 1024 or unit == "PiB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{n:.0f} B"
+        n /= 1024
+    return f"{n:.1f} PiB"  # pragma: no cover - loop always returns
 
+
+def _human(r: dict[str, Any]) -> str:
+    b = human_bytes
     where = f" ({r['fstype']} on {r['source']})" if "fstype" in r else ""
     mode = "O_DIRECT" if r["direct"] else "buffered"
     lat = r["write_latency_seconds"]
@@ -390,7 +401,7 @@ def _human(r: dict[str, Any]) -> str:
         ratio = "" if c["budget_ratio"] is None else f" ({c['budget_ratio']:.2f}x the budget)"
         lines.append(
             f"  checkpoint  {c['params']:.3g} params x {c['bytes_per_param']:g} B = "
-            f"{c['bytes'] / 1e12:.3f} TB -> {took} at this rate; budget "
+            f"{b(c['bytes'])} -> {took} at this rate; budget "
             f"{c['budget_seconds']:g} s: {verdict}{ratio}"
         )
     return "\n".join(lines)
@@ -411,7 +422,8 @@ def run(args: argparse.Namespace) -> int:
     free = st.f_bavail * st.f_frsize
     if args.size > free:
         print(
-            f"probe-storage: {path} has {free} bytes free, --size asks for {args.size}; "
+            f"probe-storage: {path} has {human_bytes(free)} free, --size asks for "
+            f"{human_bytes(args.size)}; "
             "pass a smaller --size",
             file=err,
         )

@@ -28,6 +28,7 @@ from fabricwatch.demo.runner import (
 )
 from fabricwatch.demo.scenarios import ALL, SCENARIOS, Timing, select
 from fabricwatch.demo.view import LiveReporter, PlainReporter, Reporter, cause_table, summary_table
+from fabricwatch.errors import ExitCode
 from fabricwatch.logs import configure_logging
 
 MIN_FAULT = 20.0
@@ -94,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
     scenarios = select(args.scenario)
     if args.duration < MIN_FAULT:
         print(f"fabricwatch demo: --duration must be at least {MIN_FAULT:g} s", file=sys.stderr)
-        return 2
+        return ExitCode.USAGE
     configure_logging("warning" if args.verbose else "error", "console", stream=sys.stderr)
     console = Console(highlight=False)
     live = console.is_terminal and not args.plain

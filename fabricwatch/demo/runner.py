@@ -44,7 +44,7 @@ from fabricwatch.demo.scenarios import (
 from fabricwatch.demo.summary import Injected, judge, report
 from fabricwatch.demo.view import GpuRow, Reporter, Status, incident_line
 from fabricwatch.engine import signals as sig
-from fabricwatch.errors import FabricwatchError
+from fabricwatch.errors import ExitCode, FabricwatchError
 from fabricwatch.readings import MetricKind
 from fabricwatch.store import SnapshotStore
 
@@ -58,10 +58,10 @@ STEP = 0.5
 READY_TIMEOUT = 30.0
 """Real seconds the daemon may take to start and read every collector once."""
 
-EXIT_OK = 0
-EXIT_WRONG = 1
-EXIT_STARTUP = 3
-EXIT_INTERRUPTED = 130
+EXIT_OK = ExitCode.OK
+EXIT_WRONG = ExitCode.FAILURE
+EXIT_STARTUP = ExitCode.CANNOT_START
+EXIT_INTERRUPTED = ExitCode.INTERRUPTED
 
 
 def alerting_wired() -> bool:

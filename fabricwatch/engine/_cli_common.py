@@ -10,10 +10,12 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, TextIO
 
+from fabricwatch.errors import ExitCode
 from fabricwatch.settings import parse_duration
 
-EXIT_OK = 0
-EXIT_ERROR = 2
+EXIT_OK = ExitCode.OK
+EXIT_FAILURE = ExitCode.FAILURE
+EXIT_USAGE = ExitCode.USAGE
 
 
 def parse_time(text: str, *, now: float | None = None) -> float:

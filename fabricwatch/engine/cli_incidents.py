@@ -1,4 +1,11 @@
-"""``fabricwatch incidents``: list incidents from the state directory's database."""
+"""``fabricwatch incidents``: list incidents from the state directory's database.
+
+The database is found the way the daemon finds its state directory:
+``--state-dir``, else ``daemon.state_dir`` of ``--config`` (or of
+``/etc/fabricwatch/fabricwatch.toml``), else, for the built-in default, the
+fallback an unprivileged daemon uses (``$XDG_STATE_HOME/fabricwatch``). It is
+opened read-only.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +14,9 @@ import sys
 from pathlib import Path
 
 from fabricwatch.engine._cli_common import (
-    EXIT_ERROR,
+    EXIT_FAILURE,
     EXIT_OK,
+    EXIT_USAGE,
     err,
     parse_time,
     print_json,
@@ -23,8 +31,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--state-dir",
         type=Path,
-        default=Path("/var/lib/fabricwatch"),
-        help="state directory holding incidents.sqlite3 (default: %(default)s)",
+        default=None,
+        help="state directory holding incidents.sqlite3 (default: daemon.state_dir of the "
+        "config, or the daemon's fallback directory)",
     )
     parser.add_argument(
         "--since",
@@ -38,32 +47,70 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="fabricwatch.incident/v1 JSON array")
 
 
+def database_path(args: argparse.Namespace) -> Path:
+    """The incident database the daemon of this config writes.
+
+    Raises StoreError ("no database at ...", naming every place looked at) when
+    none exists, ConfigError for a bad config file.
+    """
+    if args.state_dir is not None:
+        candidates = [Path(args.state_dir)]
+    else:
+        from fabricwatch.collectors import builtin_registry
+        from fabricwatch.config import DaemonSettings, fallback_state_dir, load_config
+
+        cfg = load_config(getattr(args, "config", None), builtin_registry())
+        candidates = [cfg.daemon.state_dir]
+        if cfg.daemon.state_dir == DaemonSettings().state_dir:
+            candidates.append(fallback_state_dir())
+    paths = [c / DB_FILENAME for c in candidates]
+    for path in paths:
+        try:
+            if path.is_file():
+                return path
+        except PermissionError:
+            # systemd keeps a DynamicUser= service's state under /var/lib/private (0700).
+            msg = (
+                f"cannot look for {path}: permission denied; the daemon's state is "
+                "readable by root: sudo fabricwatch incidents"
+            )
+            raise StoreError(msg) from None
+    where = " nor at ".join(str(p) for p in paths)
+    msg = (
+        f"no database at {where}: give the daemon's --state-dir (or --config), "
+        "or the daemon has not started there yet"
+    )
+    raise StoreError(msg)
+
+
 def run(args: argparse.Namespace) -> int:
-    """List incidents; 0 on success, 2 on a bad argument or unusable database."""
-    path = Path(args.state_dir) / DB_FILENAME
+    """List incidents; 0 on success, 1 without a usable database, 2 on a bad argument."""
     try:
         since = None if args.since == "all" else parse_time(args.since)
     except ValueError as exc:
         err(f"--since: {exc}")
-        return EXIT_ERROR
-    if not path.exists():
-        docs: list[dict[str, object]] = []
-    else:
-        db = IncidentDB(path)
-        try:
-            docs = list(
-                db.incidents(
-                    since=since,
-                    node=args.node,
-                    state=None if args.state == "all" else args.state,
-                    limit=args.limit,
-                )
+        return EXIT_USAGE
+    try:
+        path = database_path(args)
+    except StoreError as exc:
+        err(str(exc))
+        return EXIT_FAILURE
+    db = IncidentDB(path)
+    try:
+        db.connect_read_only()
+        docs = list(
+            db.incidents(
+                since=since,
+                node=args.node,
+                state=None if args.state == "all" else args.state,
+                limit=args.limit,
             )
-        except StoreError as exc:
-            err(str(exc))
-            return EXIT_ERROR
-        finally:
-            db.close()
+        )
+    except StoreError as exc:
+        err(str(exc))
+        return EXIT_FAILURE
+    finally:
+        db.close()
     if args.json:
         print_json(docs, sys.stdout)
     else:
@@ -75,6 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     """Standalone entry point (``python -m fabricwatch.engine.cli_incidents``)."""
     parser = argparse.ArgumentParser(prog="fabricwatch incidents", description=__doc__)
     configure_parser(parser)
+    parser.add_argument("--config", type=Path, default=None, help="config file")
     return run(parser.parse_args(argv))
 
 

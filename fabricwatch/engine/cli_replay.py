@@ -14,19 +14,21 @@ import sys
 import tomllib
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from fabricwatch.engine._cli_common import (
-    EXIT_ERROR,
+    EXIT_FAILURE,
     EXIT_OK,
+    EXIT_USAGE,
     err,
     parse_time,
     print_json,
     print_table,
 )
 from fabricwatch.engine.db import IncidentDB
-from fabricwatch.engine.incidents import to_json
+from fabricwatch.engine.incidents import Incident, summarize, to_json
 from fabricwatch.engine.replay import (
     MAPPING_TABLE,
     Mapper,
@@ -65,7 +67,12 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="node name in incidents (default: --match node=, else 'replay')",
     )
-    parser.add_argument("--config", type=Path, help="fabricwatch.toml whose [engine] table to use")
+    parser.add_argument(
+        "--config",
+        type=Path,
+        default=argparse.SUPPRESS,  # keeps a --config given before the command
+        help="fabricwatch.toml whose [engine] table to use (also before the command)",
+    )
     parser.add_argument("--db", type=Path, help="also persist incidents into this SQLite file")
     parser.add_argument("--json", action="store_true", help="fabricwatch.incident/v1 JSON array")
     parser.add_argument("--list-mappings", action="store_true", help="print the name mapping table")
@@ -117,22 +124,85 @@ def _open_text(path: str, stack: ExitStack) -> Iterator[str]:
         raise ReplayError(f"cannot read {path}: {exc.strerror}") from None
 
 
+def _first_bad_line(path: str) -> int | None:
+    """1-based number of the first line that is not UTF-8 (only on the error path)."""
+    try:
+        with Path(path).open("rb") as f:
+            for n, raw in enumerate(f, 1):
+                try:
+                    raw.decode("utf-8")
+                except UnicodeDecodeError:
+                    return n
+    except OSError:
+        return None
+    return None
+
+
+def _parse_file(path: str, mapper: Mapper, stack: ExitStack) -> None:
+    try:
+        parse_openmetrics(_open_text(path, stack), mapper, source=path)
+    except UnicodeDecodeError as exc:
+        line = None if path == "-" else _first_bad_line(path)
+        msg = (
+            f"not UTF-8 text (byte 0x{exc.object[exc.start]:02x}): replay reads OpenMetrics "
+            "text; dump a TSDB with `promtool tsdb dump-openmetrics` first"
+        )
+        raise ParseError(msg, source=path, line=line) from None
+
+
+def final_state(inc: Incident, end: float) -> Incident:
+    """An incident still open when the data ended, as of the last sample.
+
+    The last transition is often the opening one (a 2 s stall, a few GPU-s);
+    the engine kept counting after it, so report what it saw at the end.
+    """
+    stopped = inc.ended_at if inc.ended_at is not None else end
+    seconds = max(0.0, stopped - inc.onset)
+    what = "stalled" if inc.kind == "stall" else "slowed down"
+    summary = summarize(
+        kind=inc.kind,
+        gpus=inc.gpus,
+        seconds=seconds,
+        cause=inc.cause,
+        confidence=inc.confidence,
+        evidence=inc.evidence,
+    )
+    return replace(
+        inc,
+        updated_at=max(inc.updated_at, end),
+        ended_at=stopped,
+        summary=f"open at end of data, {what} {seconds:.0f} s so far: {summary}",
+    )
+
+
+def incident_docs(result: ReplayResult) -> list[dict[str, Any]]:
+    """One document per incident: its last transition, or its state at the end of data."""
+    still_open = {inc.key: inc for inc in result.open_at_end}
+    docs: list[dict[str, Any]] = []
+    for tr in result.incidents():
+        inc = tr.incident
+        if inc.state == "open" and inc.key in still_open:
+            inc = final_state(still_open[inc.key], result.end)
+        docs.append(to_json(inc))
+    return docs
+
+
 def run(args: argparse.Namespace) -> int:
-    """Replay; 0 on success, 2 on bad input or an unreachable source."""
+    """Replay; 0 on success, 1 on unusable input or an unreachable source, 2 on usage."""
     if args.list_mappings:
         for source, target, how in MAPPING_TABLE:
             sys.stdout.write(f"{source}\n    -> {target}: {how}\n")
         return EXIT_OK
     try:
-        settings = _settings(args.config)
+        settings = _settings(getattr(args, "config", None))
         mapper = Mapper(parse_nic_map(args.nic_map))
         if args.prometheus:
             if args.files:
                 err("give OpenMetrics files or --prometheus, not both")
-                return EXIT_ERROR
+                return EXIT_USAGE
             if not args.start:
                 err("--prometheus needs --from")
-                return EXIT_ERROR
+                return EXIT_USAGE
             start, end = parse_time(args.start), parse_time(args.end)
             step, stop = _progress(max(end - start, 1.0), "querying Prometheus")
             try:
@@ -149,17 +219,21 @@ def run(args: argparse.Namespace) -> int:
             finally:
                 stop()
         elif args.files:
+            missing = [p for p in args.files if p != "-" and not Path(p).exists()]
+            if missing:
+                err(f"cannot read {missing[0]}: no such file")
+                return EXIT_USAGE
             with ExitStack() as stack:
                 for path in args.files:
-                    parse_openmetrics(_open_text(path, stack), mapper, source=path)
+                    _parse_file(path, mapper, stack)
         else:
             err("nothing to replay: give OpenMetrics files or --prometheus URL")
-            return EXIT_ERROR
+            return EXIT_USAGE
         samples = mapper.finish()
         if not samples:
             names = ", ".join(sorted(mapper.ignored)[:5])
             err(f"no usable samples ({mapper.samples} read; unmapped names: {names or 'none'})")
-            return EXIT_ERROR
+            return EXIT_FAILURE
         node = args.node or _node_from(args.match) or "replay"
         db = IncidentDB(args.db) if args.db else None
         step, stop = _progress(len(samples), "replaying")
@@ -169,10 +243,13 @@ def run(args: argparse.Namespace) -> int:
             stop()
             if db is not None:
                 db.close()
-    except (ParseError, ReplayError, ConfigError, StoreError, ValueError) as exc:
+    except (ConfigError, ValueError) as exc:
         err(str(exc))
-        return EXIT_ERROR
-    docs: list[dict[str, Any]] = [to_json(t.incident) for t in result.incidents()]
+        return EXIT_USAGE
+    except (ParseError, ReplayError, StoreError) as exc:
+        err(str(exc))
+        return EXIT_FAILURE
+    docs = incident_docs(result)
     summary = replay_summary(mapper, result, samples, settings, len(docs))
     sys.stderr.write(format_summary(summary))
     if args.json:

@@ -19,6 +19,7 @@ recorded either, and the engine reports the error.
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -164,6 +165,58 @@ class IncidentDB:
             conn.close()
             raise self._fail("corrupt or not a database", exc) from None
         self._conn = conn
+        return conn
+
+    def connect_read_only(self) -> sqlite3.Connection:
+        """Open an existing database for reading only: no creation, migration or
+        journal change, so it works beside the running daemon and for a user who
+        may read the file but not write it (``fabricwatch incidents``)."""
+        if self._conn is not None:
+            return self._conn
+        if not self.path.is_file():
+            raise StoreError(f"no database at {self.path}")
+        if not os.access(self.path, os.R_OK):
+            msg = f"cannot read {self.path}: permission denied (the daemon's state is root's)"
+            raise StoreError(msg)
+        uri = self.path.resolve().as_uri() + "?mode=ro"
+        try:
+            conn = self._open_read_only(uri)
+        except sqlite3.OperationalError as exc:
+            if self.path.with_name(self.path.name + "-wal").exists():
+                raise StoreError(f"cannot read incident database {self.path}: {exc}") from None
+            # A WAL database whose writer is gone has no -shm to map, and a
+            # reader who may not create one cannot open it; with no writer the
+            # file is immutable for as long as we read.
+            try:
+                conn = self._open_read_only(uri + "&immutable=1")
+            except sqlite3.OperationalError as exc2:
+                msg = f"cannot read incident database {self.path}: {exc2}"
+                raise StoreError(msg) from None
+        except sqlite3.DatabaseError as exc:
+            raise self._fail("corrupt or not a database", exc) from None
+        self._conn = conn
+        return conn
+
+    def _open_read_only(self, uri: str) -> sqlite3.Connection:
+        conn = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=5.0)
+        try:
+            conn.execute("PRAGMA busy_timeout = 5000")
+            app_id = conn.execute("PRAGMA application_id").fetchone()[0]
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+        except sqlite3.DatabaseError:
+            conn.close()
+            raise
+        if app_id not in (0, APPLICATION_ID) or version == 0:
+            conn.close()
+            msg = f"incident database {self.path}: not a fabricwatch incident database"
+            raise StoreError(msg + " (another program's SQLite file); point --state-dir elsewhere")
+        if version > self.schema_version:
+            conn.close()
+            msg = (
+                f"incident database {self.path} has schema version {version}, newer than this "
+                f"fabricwatch understands ({self.schema_version}); upgrade fabricwatch"
+            )
+            raise StoreError(msg)
         return conn
 
     def _migrate(self, conn: sqlite3.Connection, version: int) -> None:

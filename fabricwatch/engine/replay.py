@@ -39,7 +39,7 @@ from fabricwatch.counters import CounterTracker
 from fabricwatch.engine import signals as sig
 from fabricwatch.engine.core import Engine
 from fabricwatch.engine.db import IncidentDB
-from fabricwatch.engine.incidents import IncidentTransition
+from fabricwatch.engine.incidents import Incident, IncidentTransition
 from fabricwatch.engine.settings import EngineSettings
 from fabricwatch.errors import FabricwatchError, ParseError
 from fabricwatch.nicnames import classify_exported
@@ -988,6 +988,9 @@ class ReplayResult:
     start: float = 0.0
     end: float = 0.0
     ignored: dict[str, int] = field(default_factory=dict)
+    # Incidents still open when the data ended, as the engine saw them then
+    # (GPU-seconds and end of the stall so far): no transition carries that.
+    open_at_end: list[Incident] = field(default_factory=list)
 
     def incidents(self) -> list[IncidentTransition]:
         """The latest transition of each incident, by onset."""
@@ -1063,6 +1066,7 @@ def run_replay(
         t += tick
         if i >= n and t > last + tick / 2:
             break
+    result.open_at_end = engine.open_incidents()
     return result
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import structlog
 
 from fabricwatch.config import Config, load_config
-from fabricwatch.errors import ConfigError, FabricwatchError
+from fabricwatch.errors import ConfigError, ExitCode, FabricwatchError
 from fabricwatch.fleet.service import FleetAggregator, listen_address
 from fabricwatch.fleet.settings import FleetSettings
 from fabricwatch.logs import configure_logging
@@ -25,9 +25,9 @@ from fabricwatch.webconfig import WebConfig, load_web_config
 
 log = structlog.get_logger("fabricwatch.fleet")
 
-EXIT_OK = 0
-EXIT_CONFIG = 2
-EXIT_STARTUP = 3
+EXIT_OK = ExitCode.OK
+EXIT_CONFIG = ExitCode.USAGE
+EXIT_STARTUP = ExitCode.CANNOT_START
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
@@ -133,9 +133,9 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_CONFIG
     except FabricwatchError as exc:
         print(f"fabricwatch fleet: {exc}", file=sys.stderr)
-        return 1
+        return ExitCode.FAILURE
     except KeyboardInterrupt:
-        return 130
+        return ExitCode.INTERRUPTED
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from fabricwatch.errors import ExitCode
 from fabricwatch.outputs.outbox import Delivery, Outbox
 
 DB_FILENAME = "incidents.sqlite3"  # the engine's IncidentDB file name
@@ -94,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
     path = Path(args.state_dir) / DB_FILENAME
     if not path.exists():
         print(f"no incident database at {path} (nothing was ever enqueued)")
-        return 0
+        return ExitCode.OK
     try:
         rows = list_deliveries(
             path,
@@ -104,14 +105,14 @@ def run(args: argparse.Namespace) -> int:
         )
     except sqlite3.Error as exc:
         print(f"cannot read {path}: {exc}")
-        return 1
+        return ExitCode.FAILURE
     if getattr(args, "json", False):
         for d in rows:
             print(json.dumps(_row_json(d), sort_keys=True))
-        return 0
+        return ExitCode.OK
     if not rows:
         print("no deliveries")
-        return 0
+        return ExitCode.OK
     now = time.time()
     header = f"{'ID':>6}  {'STATE':<9}  {'SINK':<14}  {'TRANSITION':<10}  {'INCIDENT':<16}  "
     header += f"{'TRIES':>5}  {'AGE':>5}  DETAIL"
@@ -130,4 +131,4 @@ def run(args: argparse.Namespace) -> int:
             f"{d.id:>6}  {d.state:<9}  {d.sink:<14}  {d.transition:<10}  {d.incident_key:<16}  "
             f"{d.attempts:>5}  {_age(now - d.created_at):>5}  {detail}"
         )
-    return 0
+    return ExitCode.OK

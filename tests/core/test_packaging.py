@@ -36,8 +36,11 @@ def test_wheel_contains_every_module_and_profile(tmp_path: Path) -> None:
         check=False,
     )
     assert r.returncode == 0, r.stdout + r.stderr
+    # The profile folders are packages Python sees: unlisted, setuptools warns ~90 lines.
+    assert "would be ignored" not in r.stdout + r.stderr
     (wheel,) = tmp_path.glob("fabricwatch-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     missing = sorted(_source_files() - names)
     assert not missing, f"not in the wheel (add the package to pyproject): {missing}"
     assert any(n.endswith(".dist-info/entry_points.txt") for n in names)
+    assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)

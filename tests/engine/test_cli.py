@@ -77,8 +77,8 @@ def test_incidents_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
 
 
 def test_incidents_command_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli_incidents.run(parse(cli_incidents, ["--state-dir", str(tmp_path / "none")])) == 0
-    assert "no incidents" in capsys.readouterr().out
+    assert cli_incidents.run(parse(cli_incidents, ["--state-dir", str(tmp_path / "none")])) == 1
+    assert f"no database at {tmp_path / 'none' / DB_FILENAME}" in capsys.readouterr().err
     assert (
         cli_incidents.run(
             parse(cli_incidents, ["--state-dir", str(tmp_path), "--since", "yesterday"])
@@ -87,7 +87,7 @@ def test_incidents_command_errors(tmp_path: Path, capsys: pytest.CaptureFixture[
     )
     assert "--since" in capsys.readouterr().err
     (tmp_path / DB_FILENAME).write_bytes(b"garbage" * 1000)
-    assert cli_incidents.run(parse(cli_incidents, ["--state-dir", str(tmp_path)])) == 2
+    assert cli_incidents.run(parse(cli_incidents, ["--state-dir", str(tmp_path)])) == 1
     assert "corrupt or not a database" in capsys.readouterr().err
 
 
@@ -123,7 +123,7 @@ def test_replay_command_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str
         'fabricwatch_gpu_power_watts{gpu="0"} 300 100\n'
         'fabricwatch_gpu_power_watts{gpu="0"} 3x0 101\n'
     )
-    assert cli_replay.run(parse(cli_replay, [str(bad)])) == 2
+    assert cli_replay.run(parse(cli_replay, [str(bad)])) == 1
     assert f"{bad}:2: bad number" in capsys.readouterr().err
     assert cli_replay.run(parse(cli_replay, [])) == 2
     assert "nothing to replay" in capsys.readouterr().err
@@ -131,7 +131,7 @@ def test_replay_command_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert "cannot read" in capsys.readouterr().err
     other = tmp_path / "other.om"
     other.write_text('node_cpu_seconds_total{cpu="0"} 1 100\n')
-    assert cli_replay.run(parse(cli_replay, [str(other)])) == 2
+    assert cli_replay.run(parse(cli_replay, [str(other)])) == 1
     assert "no usable samples" in capsys.readouterr().err
     assert cli_replay.run(parse(cli_replay, ["--prometheus", "http://127.0.0.1:1"])) == 2
     assert "needs --from" in capsys.readouterr().err
@@ -164,5 +164,5 @@ def test_replay_as_a_process(om_file: Path) -> None:
         cwd=REPO,
         check=False,
     )
-    assert proc.returncode == 2
+    assert proc.returncode == 1
     assert "-:1: not a sample line" in proc.stderr

@@ -143,5 +143,5 @@ def test_replay_from_prometheus_matches_live(
             "node=elsewhere",
         ]
     )
-    assert cli_replay.run(args) == 2
+    assert cli_replay.run(args) == 1
     assert "no usable samples" in capsys.readouterr().err

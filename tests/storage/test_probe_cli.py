@@ -116,14 +116,16 @@ def test_human_output_and_over_budget_exit_code(
     out = capsys.readouterr().out
     assert rc == 1
     assert "sustained" in out and "p99" in out and "DOES NOT FIT" in out
-    assert "1750.000 TB" in out
+    assert "1.6 PiB" in out  # 125e12 x 14 B, in the units --size takes
 
 
 def test_usage_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert probe_cli.run(_args(str(tmp_path / "missing"), "--size", "1MiB")) == 2
     assert "not an existing directory" in capsys.readouterr().err
     assert probe_cli.run(_args(str(tmp_path), "--size", "1000PiB")) == 2
-    assert "pass a smaller --size" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "pass a smaller --size" in err
+    assert "asks for 1000.0 PiB" in err and " bytes free" not in err
     for bad, needle in (
         (["--size", "lots"], "expected a size"),
         (["--size", "0"], "more than 0 bytes"),
