@@ -66,3 +66,9 @@ class DeliveryError(FabricwatchError):
 
 class StoreError(FabricwatchError):
     """The state database is unusable (corrupt, too new, unwritable)."""
+
+
+class StateWriteError(StoreError):
+    """The state database cannot be written right now (disk full, I/O error,
+    read-only file system, locked). The file itself is fine: free space or fix
+    the mount, and the daemon writes what it kept in memory."""

@@ -155,6 +155,7 @@ class AlertingService:
                 backoff_max=alerting.backoff_max,
                 max_retry_after=alerting.max_retry_after,
                 retention=alerting.retention,
+                auth_retries=alerting.auth_failure_retries,
             ),
             limits=limits,
             monotonic=monotonic,

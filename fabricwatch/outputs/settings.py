@@ -152,6 +152,13 @@ class AlertingSettings:
         max=365 * 86400.0,
         duration=True,
     )
+    auth_failure_retries: int = option(
+        20,
+        "Attempts a delivery gets while the receiver answers 401/403 (secret rotation, an "
+        "auth proxy), with the usual backoff, before it is dead-lettered.",
+        min=1,
+        max=10_000,
+    )
     sinks: list[SinkSettings] = option([], "Alert sinks ([[alerting.sinks]] tables).")
 
     def validate(self) -> None:
