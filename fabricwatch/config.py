@@ -108,6 +108,13 @@ class StoreSettings:
         max=3600.0,
         duration=True,
     )
+    max_series_per_collector: int = option(
+        50_000,
+        "Series one collector may create (of its families); beyond it new series are "
+        "dropped, counted and logged (0 = no limit).",
+        min=0,
+        max=10_000_000,
+    )
 
 
 @dataclass(kw_only=True)

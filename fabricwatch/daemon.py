@@ -124,7 +124,7 @@ class Daemon:
             stale_after=config.store.stale_after,
             tracker=TrackerSettings(gap_after=config.store.gap_after),
         )
-        self.supervisor = Supervisor(self.store, clock=self.clock)
+        self.supervisor = self._new_supervisor(config)
         self._stop = asyncio.Event()
         self._heartbeat = self._monotonic()
         self._tasks: list[asyncio.Task[None]] = []
@@ -142,8 +142,13 @@ class Daemon:
         )
         return load_web_config(path) if path is not None else WebConfig()
 
+    def _new_supervisor(self, config: Config) -> Supervisor:
+        return Supervisor(
+            self.store, clock=self.clock, max_series=config.store.max_series_per_collector
+        )
+
     def _collectors(self, config: Config, env: CollectorEnv) -> Supervisor:
-        sup = Supervisor(self.store, clock=self.clock)
+        sup = self._new_supervisor(config)
         for name, settings in config.collectors.items():
             if not settings.enabled:
                 continue
