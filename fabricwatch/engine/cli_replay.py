@@ -9,6 +9,7 @@ fabricwatch's own or dcgm-exporter / node_exporter / snmp_exporter ones
 from __future__ import annotations
 
 import argparse
+import io
 import sys
 import tomllib
 from collections.abc import Callable, Iterator
@@ -31,7 +32,8 @@ from fabricwatch.engine.replay import (
     Mapper,
     ReplayError,
     fetch_prometheus,
-    parse_openmetrics,
+    read_files,
+    read_lines,
     run_replay,
 )
 from fabricwatch.engine.settings import EngineSettings
@@ -97,10 +99,14 @@ def _progress(total: float, what: str) -> tuple[Callable[[float], None], Callabl
 
 
 def _open_text(path: str, stack: ExitStack) -> Iterator[str]:
+    # surrogateescape + read_lines: bad UTF-8 and endless lines are reported by
+    # the parser with the file and line, and no line is read past the cap.
     if path == "-":
-        return iter(sys.stdin)
+        return read_lines(io.TextIOWrapper(sys.stdin.buffer, "utf-8", "surrogateescape"))
     try:
-        return iter(stack.enter_context(Path(path).open(encoding="utf-8", errors="strict")))
+        return read_lines(
+            stack.enter_context(Path(path).open(encoding="utf-8", errors="surrogateescape"))
+        )
     except OSError as exc:
         raise ReplayError(f"cannot read {path}: {exc.strerror}") from None
 
@@ -138,8 +144,7 @@ def run(args: argparse.Namespace) -> int:
                 stop()
         elif args.files:
             with ExitStack() as stack:
-                for path in args.files:
-                    parse_openmetrics(_open_text(path, stack), mapper, source=path)
+                read_files(args.files, mapper, lambda path: _open_text(path, stack))
         else:
             err("nothing to replay: give OpenMetrics files or --prometheus URL")
             return EXIT_ERROR
