@@ -28,7 +28,7 @@ from fabricwatch.engine.db import STATE_METRICS, IncidentDB
 from fabricwatch.engine.incidents import IncidentTransition, to_json
 from fabricwatch.errors import ConfigError, FabricwatchError, StateWriteError, StoreError
 from fabricwatch.logs import configure_logging
-from fabricwatch.outputs.alerting import AlertingService
+from fabricwatch.outputs.alerting import AlertingService, secrets_fingerprint
 from fabricwatch.outputs.exposition import ReloadStatus, build_registry
 from fabricwatch.outputs.web import Route, WebServer
 from fabricwatch.sdnotify import Notifier
@@ -133,6 +133,7 @@ class Daemon:
         self.db: IncidentDB | None = None
         self.engine: Engine | None = None
         self.alerting: AlertingService | None = None
+        self._secrets_fingerprint = ""
 
     # -- construction -------------------------------------------------------
 
@@ -267,6 +268,7 @@ class Daemon:
             log.error("alerting_unusable", error=str(exc))
             return EXIT_CONFIG if isinstance(exc, ConfigError) else EXIT_STARTUP
         self.store.register("alerting", self.alerting.metrics())
+        self._secrets_fingerprint = secrets_fingerprint(cfg.alerting, cfg.mqtt)
         return None
 
     async def _state_retry_loop(self) -> None:
@@ -460,12 +462,56 @@ class Daemon:
             await self.supervisor.stop()
             self.supervisor = self._collectors(new, self.env)
             await self._start_after_reload()
+        await self._reload_alerting(old, new)
         self.config = replace(new, web=old.web, store=old.store, daemon=old.daemon)
         self.reload_status.successful = True
         self.reload_status.success_timestamp = self._wall()
         log.info("reloaded")
         self._notifier.ready()
         return True
+
+    async def _reload_alerting(self, old: Config, new: Config) -> None:
+        """Rebuild the sinks and the MQTT publisher when ``[alerting]``, ``[mqtt]`` or
+        a secret file they name changed; the outbox (and what is pending in it) stays."""
+        current = self.alerting
+        if current is None or self.db is None or self.env is None:
+            return  # not wired yet (state store unavailable): built from the new config later
+        secrets = secrets_fingerprint(new.alerting, new.mqtt)
+        if (
+            new.alerting == old.alerting
+            and new.mqtt == old.mqtt
+            and secrets == self._secrets_fingerprint
+        ):
+            return
+        try:
+            rebuilt = AlertingService(
+                new.alerting,
+                new.mqtt,
+                self.db,
+                node=self.env.node,
+                cluster=old.daemon.cluster,
+                summary=self._summary,
+                clock=self._wall,
+                monotonic=self._monotonic,
+            )
+        except FabricwatchError as exc:
+            self.reload_status.successful = False
+            log.error(
+                "reload_alerting_failed", error=str(exc), hint="the previous sinks stay in force"
+            )
+            return
+        # No await between these two: every transition is routed by exactly one.
+        current.detach()
+        self.alerting = rebuilt
+        self._secrets_fingerprint = secrets
+        await current.close()
+        self.store.register("alerting", rebuilt.metrics())
+        await rebuilt.start()
+        log.info(
+            "alerting_reloaded",
+            sinks=rebuilt.sender.sinks,
+            pending=sum(q.depth for q in rebuilt.outbox.queue_stats().values()),
+        )
 
     async def _start_after_reload(self) -> None:
         try:

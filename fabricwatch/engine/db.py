@@ -156,6 +156,10 @@ class IncidentDB:
         """Call ``hook(conn, transition)`` inside each recording transaction."""
         self._hooks.append(hook)
 
+    def remove_transition_hook(self, hook: TransitionHook) -> None:
+        """Stop calling ``hook`` (a reload replaced the outputs); absent hooks are ignored."""
+        self._hooks = [h for h in self._hooks if h is not hook]
+
     def _conn_or_none(self) -> sqlite3.Connection | None:
         return getattr(self, "_conn", None)
 
