@@ -1,0 +1,157 @@
+"""The fault-injection suite: a real daemon process on the simulated node under
+kill -9, SIGTERM, a full disk and misbehaving receivers; assertions on what the
+receiver got (issue 17, "Show")."""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from tests.faults.conftest import SmallFs
+from tests.faults.harness import FaultNode, Receiver, check_pages, new_key
+
+pytestmark = pytest.mark.integration
+
+WARMUP = 30.0
+"""Virtual seconds of healthy training first: the job's GPUs arm and baselines form."""
+
+
+async def _node(tmp_path: Path, state_dir: Path | None = None) -> FaultNode:
+    secret = tmp_path / "secret"
+    receiver = Receiver(new_key(secret))
+    await receiver.start()
+    root = tmp_path / "root"
+    root.mkdir()
+    return FaultNode(root, receiver, state_dir or tmp_path / "state", secret)
+
+
+@pytest.fixture
+async def node(tmp_path: Path) -> AsyncIterator[FaultNode]:
+    n = await _node(tmp_path)
+    try:
+        yield n
+    finally:
+        await n.stop()
+        await n.receiver.stop()
+
+
+@pytest.mark.parametrize(
+    ("fault", "sig"),
+    [
+        ("pfc-storm", signal.SIGKILL),
+        ("pfc-storm", signal.SIGTERM),
+        ("checkpoint-stall", signal.SIGKILL),
+    ],
+)
+async def test_restart_during_a_live_fault_is_no_all_clear(
+    node: FaultNode, fault: str, sig: signal.Signals
+) -> None:
+    rec = node.receiver
+    await node.start()
+    await node.virtual(WARMUP)
+    node.set_fault(fault)
+    await node.until(lambda: bool(rec.of("opened")), "the opened page")
+    rc = await node.signal(sig)
+    assert rc == (0 if sig is signal.SIGTERM else -9)
+    await node.start()
+    # Well past resolve_hold (10 s virtual) after the restart, with the fault holding.
+    await node.virtual(60)
+    assert not rec.of("resolved"), "false all-clear after the restart"
+    node.set_fault("healthy")
+    await node.until(lambda: bool(rec.of("resolved")), "the resolved page")
+    kinds = check_pages(rec.pages, cleared_at=node.cleared_at)
+    assert len(kinds) == 1, kinds  # the fault paged once, across the restart
+    assert next(iter(kinds.values()))[-1] == "resolved"
+
+
+async def test_fault_cleared_while_down_resolves_after_restart(node: FaultNode) -> None:
+    rec = node.receiver
+    await node.start()
+    await node.virtual(WARMUP)
+    node.set_fault("pfc-storm")
+    await node.until(lambda: bool(rec.of("opened")), "the opened page")
+    await node.signal(signal.SIGKILL)
+    node.set_fault("healthy")
+    await node.start()
+    await node.until(lambda: bool(rec.of("resolved")), "the resolved page")
+    kinds = check_pages(rec.pages, cleared_at=node.cleared_at)
+    assert [k[0] for k in kinds.values()] == ["opened"] and len(kinds) == 1
+
+
+async def test_receiver_401_403_500_and_hang_then_everything_arrives(node: FaultNode) -> None:
+    rec = node.receiver
+    rec.script = [401, 403, 500, ("hang", 2.0), 401]
+    await node.start()
+    await node.virtual(WARMUP)
+    node.set_fault("pfc-storm")
+    await node.until(lambda: bool(rec.of("opened")), "the opened page after 5 refusals")
+    await node.virtual(20)
+    node.set_fault("healthy")
+    await node.until(lambda: bool(rec.of("resolved")), "the resolved page")
+    assert rec.answered[:5] == [401, 403, 500, 503, 401]
+    check_pages(rec.pages, cleared_at=node.cleared_at)
+    dead = [e for e in node.events() if e.get("event") == "delivery_dead_lettered"]
+    assert not dead, dead
+
+
+@pytest.fixture
+async def full_node(tmp_path: Path, small_fs: SmallFs) -> AsyncIterator[tuple[FaultNode, SmallFs]]:
+    n = await _node(tmp_path, state_dir=small_fs.root / "state")
+    try:
+        yield n, small_fs
+    finally:
+        await n.stop()
+        await n.receiver.stop()
+        small_fs.empty()
+
+
+async def test_disk_fills_while_running_then_empties(
+    full_node: tuple[FaultNode, SmallFs],
+) -> None:
+    node, fs = full_node
+    rec = node.receiver
+    await node.start()
+    await node.virtual(WARMUP)
+    fs.fill()
+    node.set_fault("pfc-storm")
+    await node.until(lambda: node.metric("fabricwatch_state_writable") == 0.0, "writable 0")
+    errors = node.metric("fabricwatch_state_write_errors_total")
+    assert errors is not None and errors >= 1
+    await node.virtual(20)
+    assert not rec.pages  # not on disk yet: not paged (the outbox needs the disk)
+    failed = [e for e in node.events() if e.get("event") == "state_write_failed"]
+    assert failed and "full" in failed[0]["error"].lower(), failed[:1]
+    assert "aside" not in failed[0]["error"]
+    fs.empty()
+    await node.until(lambda: bool(rec.of("opened")), "the opened page once space returns")
+    assert node.metric("fabricwatch_state_writable") == 1.0
+    node.set_fault("healthy")
+    await node.until(lambda: bool(rec.of("resolved")), "the resolved page")
+    check_pages(rec.pages, cleared_at=node.cleared_at)
+
+
+async def test_disk_full_at_startup_monitors_anyway(
+    full_node: tuple[FaultNode, SmallFs],
+) -> None:
+    node, fs = full_node
+    rec = node.receiver
+    fs.fill()
+    await node.start()  # ready, although the state store cannot be opened
+    assert node.get("/metrics")[0] == 200
+    unavailable = [e for e in node.events() if e.get("event") == "state_db_unavailable"]
+    assert unavailable, node.log.read_text()[-2000:]
+    assert "corrupt" not in unavailable[0]["error"]
+    await node.virtual(WARMUP)
+    node.set_fault("pfc-storm")
+    await node.until(
+        lambda: (node.metric("fabricwatch_state_pending_transitions") or 0) >= 1,
+        "the incident detected and kept in memory",
+    )
+    fs.empty()
+    await node.until(lambda: bool(rec.of("opened")), "the opened page once the store opens")
+    node.set_fault("healthy")
+    await node.until(lambda: bool(rec.of("resolved")), "the resolved page")
+    check_pages(rec.pages, cleared_at=node.cleared_at)
