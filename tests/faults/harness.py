@@ -198,7 +198,7 @@ class FaultNode:
         if status != 200:
             return None
         for line in text.splitlines():
-            if line.startswith((name + " ", name + "{")):
+            if line.startswith((name + " ", name + "{")) or ("{" in name and line.startswith(name)):
                 return float(line.rsplit(" ", 1)[1])
         return None
 

@@ -4,12 +4,20 @@ receiver got (issue 17, "Show")."""
 
 from __future__ import annotations
 
+import asyncio
+import json
+import os
+import random
+import shutil
 import signal
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import cast
 
 import pytest
 
+from tests.alerting.conftest import Mosquitto
+from tests.alerting.test_mqtt import Sub
 from tests.faults.conftest import SmallFs
 from tests.faults.harness import FaultNode, Receiver, check_pages, new_key
 
@@ -155,3 +163,107 @@ async def test_disk_full_at_startup_monitors_anyway(
     node.set_fault("healthy")
     await node.until(lambda: bool(rec.of("resolved")), "the resolved page")
     check_pages(rec.pages, cleared_at=node.cleared_at)
+
+
+async def test_mosquitto_stopped_and_frozen(node: FaultNode, tmp_path: Path) -> None:
+    if shutil.which("mosquitto") is None:
+        pytest.skip("mosquitto is not installed (Debian package mosquitto)")
+    work = tmp_path / "mosquitto"
+    work.mkdir()
+    broker = Mosquitto(work)
+    broker.start()
+    topic = "fabricwatch/v1/+/+/incidents"
+    try:
+        # A persistent QoS 1 session: what is published while it is away is kept for it.
+        async with Sub(broker.port, topic, client_id="fault-checker", persistent=True):
+            pass
+        node.mqtt_port = broker.port
+        rec = node.receiver
+        await node.start()
+        await node.virtual(WARMUP)
+        broker.stop()  # the broker goes away (SIGTERM: it saves its sessions)
+        node.set_fault("pfc-storm")
+        await node.until(lambda: bool(rec.of("opened")), "the webhook page while MQTT is down")
+        await node.virtual(10)
+        broker.start()
+        assert broker.proc is not None
+        await node.until(
+            lambda: (node.metric("fabricwatch_mqtt_connected") or 0) == 1.0, "reconnected"
+        )
+        os.kill(broker.proc.pid, signal.SIGSTOP)  # frozen: TCP open, no PUBACK
+        try:
+            node.set_fault("healthy")
+            await node.until(lambda: bool(rec.of("resolved")), "the webhook resolve")
+            await asyncio.sleep(2.0)  # publish timeouts and retries against the frozen broker
+        finally:
+            os.kill(broker.proc.pid, signal.SIGCONT)
+        async with Sub(broker.port, topic, client_id="fault-checker", persistent=True) as sub:
+
+            def both() -> bool:
+                kinds = [json.loads(p)["type"] for _, p, _ in sub.messages]
+                return "incident.opened" in kinds and "incident.resolved" in kinds
+
+            assert await sub.wait(both, within=30), sub.messages
+            kinds = [json.loads(p)["type"] for _, p, _ in sub.messages]
+        assert kinds.index("incident.opened") < kinds.index("incident.resolved")
+        check_pages(rec.pages, cleared_at=node.cleared_at)
+    finally:
+        if broker.proc is not None:
+            os.kill(broker.proc.pid, signal.SIGCONT)
+        broker.stop()
+
+
+class JunkAgent(asyncio.DatagramProtocol):
+    """An SNMP "agent" answering every request with junk: random bytes, truncated
+    BER, a valid header around garbage, or silence."""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.DatagramTransport | None = None
+        self.requests = 0
+        self.rng = random.Random(17)
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # Python 3.11's selector datagram transport does not subclass DatagramTransport.
+        self.transport = cast("asyncio.DatagramTransport", transport)
+
+    def datagram_received(self, data: bytes, addr: tuple[str, int]) -> None:
+        self.requests += 1
+        assert self.transport is not None
+        kind = self.requests % 4
+        if kind == 0:
+            reply = self.rng.randbytes(self.rng.randint(1, 1400))
+        elif kind == 1:
+            reply = data[: max(1, len(data) // 2)]
+        elif kind == 2:
+            reply = b"\x30\x82\xff\xff" + self.rng.randbytes(64)
+        else:
+            return
+        self.transport.sendto(reply, addr)
+
+
+async def test_junk_from_the_snmp_target_degrades_only_the_switch_collector(
+    node: FaultNode,
+) -> None:
+    loop = asyncio.get_running_loop()
+    transport, junk = await loop.create_datagram_endpoint(JunkAgent, local_addr=("127.0.0.1", 0))
+    try:
+        node.snmp_port = transport.get_extra_info("sockname")[1]
+        rec = node.receiver
+        await node.start()
+        await node.until(
+            lambda: node.metric('fabricwatch_switch_target_up{switch="leaf1"}') == 0.0,
+            "the switch target down",
+        )
+        assert junk.requests > 0
+        polls = [e for e in node.events() if e.get("event") == "switch_poll_failed"]
+        assert polls and polls[0]["reason"] == "malformed"
+        assert node.metric('fabricwatch_collector_up{collector="gpu"}') == 1.0
+        await node.virtual(WARMUP)
+        node.set_fault("checkpoint-stall")
+        await node.until(lambda: bool(rec.of("opened")), "the checkpoint stall paged")
+        node.set_fault("healthy")
+        await node.until(lambda: bool(rec.of("resolved")), "the resolved page")
+        check_pages(rec.pages, cleared_at=node.cleared_at)
+        assert node.proc is not None and node.proc.returncode is None
+    finally:
+        transport.close()
