@@ -264,6 +264,11 @@ class Daemon:
                 clock=self._wall,
                 monotonic=self._monotonic,
             )
+        except StateWriteError as exc:
+            # The outbox tables could not be written (disk full): wire later.
+            log.error("state_db_unavailable", error=str(exc), component="outbox")
+            self.db.hold_writes(True)
+            return None
         except FabricwatchError as exc:
             log.error("alerting_unusable", error=str(exc))
             return EXIT_CONFIG if isinstance(exc, ConfigError) else EXIT_STARTUP
@@ -283,8 +288,8 @@ class Daemon:
             await self._sleep(delay)
             try:
                 self.db.connect()
-                if self._build_alerting(self.config) is not None:
-                    raise StoreError("alerting could not be wired")
+                if self._build_alerting(self.config) is not None or self.alerting is None:
+                    raise StoreError("alerting could not be wired (see the error above)")
             except StoreError as exc:
                 self.db.write_errors += 1
                 log.warning("state_db_retry", error=str(exc), retry_in=delay)

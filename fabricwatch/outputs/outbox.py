@@ -39,7 +39,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 import structlog
 
 from fabricwatch.errors import DeliveryError, StoreError
-from fabricwatch.sqlite import immediate_transaction
+from fabricwatch.sqlite import immediate_transaction, store_error
 
 log = structlog.get_logger("fabricwatch.outbox")
 
@@ -137,8 +137,9 @@ def ensure_schema(conn: sqlite3.Connection) -> None:
             )
             raise StoreError(msg)
     except BaseException:
-        if not in_tx:
-            conn.execute("ROLLBACK")
+        if not in_tx and conn.in_transaction:
+            with contextlib.suppress(sqlite3.Error):  # SQLite may have rolled back already
+                conn.execute("ROLLBACK")
         raise
     if not in_tx:
         conn.execute("COMMIT")
@@ -263,7 +264,7 @@ class Outbox:
         try:
             ensure_schema(conn)
         except sqlite3.DatabaseError as exc:
-            raise StoreError(f"outbox: cannot create tables: {exc}") from None
+            raise store_error("outbox", "cannot create tables", exc) from None
 
     @classmethod
     def open(cls, path: Path, *, clock: Callable[[], float] = time.time) -> Outbox:

@@ -10,6 +10,7 @@ import structlog
 from fabricwatch.engine.db import IncidentDB
 from fabricwatch.engine.incidents import IncidentTransition
 from fabricwatch.errors import StateWriteError
+from fabricwatch.outputs.outbox import Outbox
 from fabricwatch.sqlite import immediate_transaction
 from tests.alerting.conftest import opened, resolved
 from tests.faults.conftest import SmallFs
@@ -97,3 +98,14 @@ def test_full_disk_at_open_is_a_state_write_error(small_fs: SmallFs) -> None:
     assert "corrupt" not in str(info.value) and "Move the file aside" not in str(info.value)
     small_fs.empty()
     IncidentDB.in_state_dir(small_fs.root).connect()
+
+
+def test_outbox_tables_on_a_full_disk_are_a_state_write_error(small_fs: SmallFs) -> None:
+    db = IncidentDB.in_state_dir(small_fs.root)
+    conn = db.connect()  # an incident database from before the outbox existed
+    small_fs.fill()
+    with pytest.raises(StateWriteError, match="outbox: cannot create tables"):
+        Outbox(conn)
+    assert not conn.in_transaction
+    small_fs.empty()
+    Outbox(conn)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import ssl
 import subprocess
 from collections.abc import AsyncIterator
@@ -12,6 +13,9 @@ from pathlib import Path
 
 import bcrypt
 import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from fabricwatch.errors import ConfigError
 from fabricwatch.outputs.exposition import ReloadStatus, build_registry
@@ -244,3 +248,60 @@ async def test_cached_good_credentials_skip_a_full_bcrypt_queue(tmp_path: Path) 
 def test_shipped_web_config_enables_no_user() -> None:
     shipped = Path(__file__).resolve().parents[2] / "deploy" / "web-config.yml"
     assert load_web_config(shipped).users == {}
+
+
+_SCALARS = st.none() | st.booleans() | st.integers(-5, 5) | st.text(max_size=12)
+_VALUES = st.recursive(
+    _SCALARS,
+    lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=6), c, max_size=3),
+    max_leaves=12,
+)
+_TLS_KEYS = (
+    *("cert_file", "key_file", "client_auth_type", "client_ca_file", "min_version"),
+    *("max_version", "cipher_suites", "prefer_server_cipher_suites", "curve_preferences"),
+    *("client_allowed_sans", "colour"),
+)
+_FUZZ = settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+_TLS_DOC = st.dictionaries(
+    st.sampled_from(_TLS_KEYS),
+    _VALUES | st.sampled_from(["TLS12", "TLS13", "server.pem", "server.key", "ca.pem"]),
+    max_size=8,
+)
+
+
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    doc=st.fixed_dictionaries(
+        {},
+        optional={
+            "tls_server_config": _TLS_DOC | _VALUES,
+            "basic_auth_users": st.dictionaries(st.text(max_size=6), _VALUES, max_size=3),
+            "http_server_config": _VALUES,
+            "other": _VALUES,
+        },
+    )
+)
+def test_fuzzed_web_configs_raise_only_config_error(pki: Path, doc: dict[str, object]) -> None:
+    p = pki / "fuzz.yml"
+    p.write_text(yaml.safe_dump(doc))
+    try:
+        cfg = load_web_config(p)
+    except ConfigError as exc:
+        assert str(exc).startswith(str(p))
+    else:
+        assert isinstance(cfg, WebConfig)
+
+
+@settings(
+    max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(st.binary(max_size=300))
+def test_fuzzed_web_config_bytes_raise_only_config_error(pki: Path, raw: bytes) -> None:
+    p = pki / "fuzz-bytes.yml"
+    p.write_bytes(raw)
+    with contextlib.suppress(ConfigError):  # anything else fails the test
+        load_web_config(p)
