@@ -45,6 +45,9 @@ class CollectorState:
     last_error: str = ""
     series_dropped: int = 0  # readings refused: they would pass the series limit
     series_limited: bool = False
+    # The last failure was a DegradedError: the collector backs off per source
+    # itself and must keep being collected at its interval to notice recovery.
+    degraded: bool = False
 
     def fail(self, reason: str, error: str) -> None:
         self.up = False
@@ -223,7 +226,8 @@ class Supervisor:
             await self._collect_once(collector, settings, state)
             # Schedule from the planned time, not from "now", so a slow cycle
             # does not drift the grid; skip missed slots instead of bursting.
-            step = backoff_delay(settings.interval, state.consecutive_failures)
+            failures = 0 if state.degraded else state.consecutive_failures
+            step = backoff_delay(settings.interval, failures)
             next_at += step + (phase if first else 0.0)
             first = False
             now = self._monotonic()
@@ -235,6 +239,7 @@ class Supervisor:
     ) -> None:
         t0 = self._monotonic()
         state.last_attempt_mono = t0
+        state.degraded = False
         readings: Sequence[Reading]
         try:
             # asyncio.timeout runs collect() in this task; wait_for would wrap
@@ -254,6 +259,7 @@ class Supervisor:
                 collector.name, kept, self._monotonic()
             ).rejected
             state.fail("error", str(exc))
+            state.degraded = True
             self._log_failure(state)
         except Exception as exc:  # noqa: BLE001 - one collector must not stop another
             state.fail("error", str(exc) or type(exc).__name__)

@@ -4,6 +4,9 @@ off and retried, and shows in collector_up (issue 17, items 4 and 9)."""
 from __future__ import annotations
 
 import asyncio
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +17,7 @@ import structlog
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from fabricwatch.clock import Clock
 from fabricwatch.collector import CollectorEnv, CollectorSettings
 from fabricwatch.collectors.gnmi import GnmiSettings, GnmiTargetSettings
 from fabricwatch.collectors.gnmi._collector import (
@@ -25,8 +29,10 @@ from fabricwatch.collectors.gnmi._collector import (
 )
 from fabricwatch.collectors.gnmi._proto import pb
 from fabricwatch.collectors.gnmi.simtarget import SimGnmiServer, demo_target
+from fabricwatch.errors import CollectorError
+from fabricwatch.readings import MetricSpec, Reading
 from fabricwatch.store import SnapshotStore
-from fabricwatch.supervisor import CollectorState, Supervisor
+from fabricwatch.supervisor import CollectorState, DegradedError, Supervisor
 
 JUNK = b"\x0a\xff\xff\xff\xff\x0f"  # field 1, a length far past the end: not a message
 
@@ -166,3 +172,56 @@ def test_hostile_long_paths_do_not_grow_the_cache(tmp_path: Path) -> None:
         c._leaf(t, t.profile, f"/junk/{i:08d}/" + "p" * 1000, 1, ts=1.0, gen=1, batch=batch)
     assert t.cache_chars <= MAX_CACHE_CHARS + MAX_PATH_CHARS
     assert len(t.cache) < 20_000
+
+
+@dataclass
+class _Failing:
+    """A collector whose every collection fails, degraded (with readings) or plainly."""
+
+    degraded: bool
+    at: list[float]
+    now: Callable[[], float]
+    name: str = "flaky"
+
+    def metrics(self) -> list[MetricSpec]:
+        return []
+
+    async def start(self) -> None:
+        return None
+
+    async def collect(self) -> list[Reading]:
+        self.at.append(self.now())
+        if self.degraded:
+            raise DegradedError("every target is down", [])
+        raise CollectorError("broken")
+
+    async def close(self) -> None:
+        return None
+
+
+@pytest.mark.parametrize("degraded", [True, False])
+async def test_a_degraded_collector_keeps_its_interval(degraded: bool) -> None:
+    now = [0.0]
+
+    async def sleep(seconds: float) -> None:
+        now[0] += seconds
+        await asyncio.sleep(0)
+
+    clock = Clock(lambda: now[0], lambda: now[0], sleep)
+    at: list[float] = []
+    sup = Supervisor(SnapshotStore(), clock=clock)
+    sup.add(_Failing(degraded, at, lambda: now[0]), CollectorSettings(interval=1.0))
+    await sup.start()
+    try:
+        for _ in range(10_000):
+            if len(at) >= 8:
+                break
+            await asyncio.sleep(0)
+    finally:
+        await sup.stop()
+    gaps = [round(b - a, 6) for a, b in itertools.pairwise(at)][:6]
+    if degraded:
+        # Sources back off on their own; the drain must notice a recovery at once.
+        assert gaps == [1.0] * 6
+    else:
+        assert gaps == sorted(gaps) and gaps[-1] > 2 * gaps[0]
