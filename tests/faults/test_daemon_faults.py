@@ -16,6 +16,8 @@ from typing import cast
 
 import pytest
 
+from fabricwatch.engine.db import IncidentDB
+from fabricwatch.outputs.outbox import Outbox
 from tests.alerting.conftest import Mosquitto
 from tests.alerting.test_mqtt import Sub
 from tests.faults.conftest import SmallFs
@@ -141,11 +143,17 @@ async def test_disk_fills_while_running_then_empties(
     check_pages(rec.pages, cleared_at=node.cleared_at)
 
 
+@pytest.mark.parametrize("existing", [False, True])
 async def test_disk_full_at_startup_monitors_anyway(
-    full_node: tuple[FaultNode, SmallFs],
+    full_node: tuple[FaultNode, SmallFs], existing: bool
 ) -> None:
     node, fs = full_node
     rec = node.receiver
+    if existing:
+        # The database of an earlier run (WAL mode, outbox tables), closed cleanly.
+        db = IncidentDB.in_state_dir(node.state_dir)
+        Outbox(db.connect())
+        db.close()
     fs.fill()
     await node.start()  # ready, although the state store cannot be opened
     assert node.get("/metrics")[0] == 200
