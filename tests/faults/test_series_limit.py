@@ -5,16 +5,20 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import structlog
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fabricwatch.collector import CollectorSettings
+from fabricwatch.collector import CollectorEnv, CollectorSettings
+from fabricwatch.collectors.switch import SwitchCollector, SwitchSettings, TargetSettings
+from fabricwatch.collectors.switch.simagent import SimAgent, demo_switch
 from fabricwatch.outputs.exposition import ReloadStatus, build_registry
 from fabricwatch.readings import MetricKind, MetricSpec, Reading
 from fabricwatch.store import SnapshotStore
 from fabricwatch.supervisor import CollectorState, Supervisor
+from tests.switch.conftest import community_file
 
 ROW = MetricSpec("fabricwatch_test_row_octets", MetricKind.COUNTER, "Row.", ("switch", "port"))
 OTHER = MetricSpec("fabricwatch_test_other", MetricKind.GAUGE, "Other.", ("port",))
@@ -97,3 +101,41 @@ def test_cap_never_lets_a_collector_pass_its_limit(
         assert all(r in kept for r in readings if (r.name, r.labels[-1]) in before)
         seen |= {(n, f"p{i}") for n, i in batch}
     assert state.series_dropped == 0 or len(seen) > limit
+
+
+async def test_a_big_switch_in_switch_mode_stays_under_the_limit(tmp_path: Path) -> None:
+    """The real SNMP collector polling a real (simulated) 96-port agent over UDP."""
+    sw = demo_switch(96, node="gpu-node-1")
+    agent = await SimAgent(sw, community="fw-sim").start()
+    target = TargetSettings(
+        name="leaf1",
+        host="127.0.0.1",
+        port=agent.port,
+        community_file=community_file(tmp_path, "fw-sim"),
+        timeout=2.0,
+        retries=1,
+        mode="switch",
+    )
+    env = CollectorEnv(node="gpu-node-1", sys_root=tmp_path / "no-sys", state_dir=tmp_path)
+    collector = SwitchCollector(SwitchSettings(targets=[target], interval=0.2), env)
+    store = SnapshotStore()
+    limit = 1000
+    sup = Supervisor(store, max_series=limit)
+    sup.add(collector, SwitchSettings(targets=[target], interval=0.2, timeout=10.0))
+    with structlog.testing.capture_logs() as logs:
+        await sup.start()
+        try:
+            state = sup.states[0]
+            for _ in range(1500):
+                if state.collections >= 3:
+                    break
+                await asyncio.sleep(0.01)
+        finally:
+            await sup.stop()
+            agent.close()
+    assert state.collections >= 3 and state.up
+    total = sum(len(store.family(m.name)) for m in collector.metrics())
+    assert total <= limit < 96 * 16  # 96 ports x 8 priorities x 2 directions of PFC alone
+    assert state.series_dropped > 0
+    hits = [e for e in logs if e["event"] == "series_limit_reached"]
+    assert len(hits) == 1 and hits[0]["collector"] == "switch"
