@@ -218,7 +218,7 @@ def _tls_context(raw: Any, base: Path, src: str) -> tuple[ssl.SSLContext | None,
         )
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     min_version = raw.get("min_version", "TLS12")
-    if min_version not in _TLS_VERSIONS:
+    if not isinstance(min_version, str) or min_version not in _TLS_VERSIONS:
         raise ConfigError(
             f"expected one of {', '.join(_TLS_VERSIONS)}",
             path=src,
@@ -226,7 +226,7 @@ def _tls_context(raw: Any, base: Path, src: str) -> tuple[ssl.SSLContext | None,
         )
     ctx.minimum_version = _TLS_VERSIONS[min_version]
     max_version = raw.get("max_version", "TLS13")
-    if max_version not in _TLS_VERSIONS:
+    if not isinstance(max_version, str) or max_version not in _TLS_VERSIONS:
         raise ConfigError(
             f"expected one of {', '.join(_TLS_VERSIONS)}",
             path=src,
@@ -259,7 +259,7 @@ def _tls_context(raw: Any, base: Path, src: str) -> tuple[ssl.SSLContext | None,
             f"cannot load certificate/key: {exc}", path=src, key="tls_server_config.cert_file"
         ) from None
     auth = raw.get("client_auth_type", "NoClientCert")
-    if auth not in _CLIENT_AUTH:
+    if not isinstance(auth, str) or auth not in _CLIENT_AUTH:
         raise ConfigError(
             f"expected one of {', '.join(_CLIENT_AUTH)}",
             path=src,

@@ -72,7 +72,7 @@ async def test_restart_during_a_live_fault_is_no_all_clear(
     assert not rec.of("resolved"), "false all-clear after the restart"
     node.set_fault("healthy")
     await node.until(lambda: bool(rec.of("resolved")), "the resolved page")
-    kinds = check_pages(rec.pages, cleared_at=node.cleared_at)
+    kinds = check_pages(rec.pages, cleared_at=node.cleared_at, in_flight=node.in_flight)
     assert len(kinds) == 1, kinds  # the fault paged once, across the restart
     assert next(iter(kinds.values()))[-1] == "resolved"
 
@@ -87,7 +87,7 @@ async def test_fault_cleared_while_down_resolves_after_restart(node: FaultNode) 
     node.set_fault("healthy")
     await node.start()
     await node.until(lambda: bool(rec.of("resolved")), "the resolved page")
-    kinds = check_pages(rec.pages, cleared_at=node.cleared_at)
+    kinds = check_pages(rec.pages, cleared_at=node.cleared_at, in_flight=node.in_flight)
     assert [k[0] for k in kinds.values()] == ["opened"] and len(kinds) == 1
 
 
@@ -102,7 +102,7 @@ async def test_receiver_401_403_500_and_hang_then_everything_arrives(node: Fault
     node.set_fault("healthy")
     await node.until(lambda: bool(rec.of("resolved")), "the resolved page")
     assert rec.answered[:5] == [401, 403, 500, 503, 401]
-    check_pages(rec.pages, cleared_at=node.cleared_at)
+    check_pages(rec.pages, cleared_at=node.cleared_at, in_flight=node.in_flight)
     dead = [e for e in node.events() if e.get("event") == "delivery_dead_lettered"]
     assert not dead, dead
 
@@ -140,7 +140,7 @@ async def test_disk_fills_while_running_then_empties(
     assert node.metric("fabricwatch_state_writable") == 1.0
     node.set_fault("healthy")
     await node.until(lambda: bool(rec.of("resolved")), "the resolved page")
-    check_pages(rec.pages, cleared_at=node.cleared_at)
+    check_pages(rec.pages, cleared_at=node.cleared_at, in_flight=node.in_flight)
 
 
 @pytest.mark.parametrize("existing", [False, True])
@@ -170,7 +170,7 @@ async def test_disk_full_at_startup_monitors_anyway(
     await node.until(lambda: bool(rec.of("opened")), "the opened page once the store opens")
     node.set_fault("healthy")
     await node.until(lambda: bool(rec.of("resolved")), "the resolved page")
-    check_pages(rec.pages, cleared_at=node.cleared_at)
+    check_pages(rec.pages, cleared_at=node.cleared_at, in_flight=node.in_flight)
 
 
 async def test_mosquitto_stopped_and_frozen(node: FaultNode, tmp_path: Path) -> None:
@@ -214,7 +214,7 @@ async def test_mosquitto_stopped_and_frozen(node: FaultNode, tmp_path: Path) -> 
             assert await sub.wait(both, within=30), sub.messages
             kinds = [json.loads(p)["type"] for _, p, _ in sub.messages]
         assert kinds.index("incident.opened") < kinds.index("incident.resolved")
-        check_pages(rec.pages, cleared_at=node.cleared_at)
+        check_pages(rec.pages, cleared_at=node.cleared_at, in_flight=node.in_flight)
     finally:
         if broker.proc is not None:
             os.kill(broker.proc.pid, signal.SIGCONT)
@@ -271,7 +271,7 @@ async def test_junk_from_the_snmp_target_degrades_only_the_switch_collector(
         await node.until(lambda: bool(rec.of("opened")), "the checkpoint stall paged")
         node.set_fault("healthy")
         await node.until(lambda: bool(rec.of("resolved")), "the resolved page")
-        check_pages(rec.pages, cleared_at=node.cleared_at)
+        check_pages(rec.pages, cleared_at=node.cleared_at, in_flight=node.in_flight)
         assert node.proc is not None and node.proc.returncode is None
     finally:
         transport.close()

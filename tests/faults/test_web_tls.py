@@ -171,6 +171,8 @@ async def test_curve_preferences_are_enforced(pki: Path, served: list[WebServer]
     ("tls", "key", "match"),
     [
         ("  max_version: TLS14\n", "max_version", "expected one of"),
+        ("  min_version: []\n", "min_version", "expected one of"),  # found by the fuzz test
+        ("  client_auth_type: {a: 1}\n", "client_auth_type", "expected one of"),
         ("  min_version: TLS13\n  max_version: TLS12\n", "max_version", "below"),
         ("  cipher_suites: [TLS_RSA_WITH_RC4_128_SHA]\n", "cipher_suites", "insecure"),
         ("  cipher_suites: [TLS_AES_128_GCM_SHA256]\n", "cipher_suites", "TLS 1.3"),
