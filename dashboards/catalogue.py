@@ -166,6 +166,9 @@ def declared_specs(state_dir: Path | None = None) -> dict[str, Sequence[MetricSp
     from fabricwatch.outputs.alerting import METRICS as ALERTING_METRICS
 
     out["alerting"] = ALERTING_METRICS
+    from fabricwatch.engine.db import STATE_METRICS
+
+    out["state"] = STATE_METRICS
     return out
 
 

@@ -119,6 +119,13 @@ class StoreSettings:
         max=3600.0,
         duration=True,
     )
+    max_series_per_collector: int = option(
+        50_000,
+        "Series one collector may create (of its families); beyond it new series are "
+        "dropped, counted and logged (0 = no limit).",
+        min=0,
+        max=10_000_000,
+    )
 
 
 @dataclass(kw_only=True)
@@ -204,6 +211,23 @@ def _check_sources(collectors: dict[str, CollectorSettings], source: str | None)
                 )
 
 
+MAX_CONFIG_BYTES = 4 * 1024 * 1024
+"""The largest config or web-config file read (a real one is a few KiB)."""
+MAX_SECRET_BYTES = 64 * 1024
+"""The largest secret, password or certificate file read."""
+
+
+def read_capped(path: Path, limit: int) -> bytes:
+    """Read at most ``limit`` bytes of ``path``; larger (or endless: ``/dev/zero``)
+    raises ``ValueError`` with a clear message. OSError propagates."""
+    with path.open("rb") as f:
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        msg = f"{path} is larger than {limit // 1024} KiB; point the setting at the right file"
+        raise ValueError(msg)
+    return data
+
+
 def load_config(path: Path | None, registry: Registry) -> Config:
     """Read and validate a config file.
 
@@ -213,7 +237,9 @@ def load_config(path: Path | None, registry: Registry) -> Config:
     explicit = path is not None
     target = path if path is not None else DEFAULT_CONFIG_PATH
     try:
-        raw = target.read_bytes()
+        raw = read_capped(target, MAX_CONFIG_BYTES)
+    except ValueError as exc:
+        raise ConfigError(str(exc), path=str(target)) from None
     except FileNotFoundError:
         if explicit:
             raise ConfigError(
@@ -244,9 +270,11 @@ def read_secret(path_value: str, *, key: str, env: str | None = None) -> str | N
         if not p.is_absolute() and creds:
             p = Path(creds) / p
         try:
-            return p.read_text(encoding="utf-8").rstrip("\r\n")
+            return read_capped(p, MAX_SECRET_BYTES).decode("utf-8").rstrip("\r\n")
         except OSError as exc:
             raise ConfigError(f"cannot read secret file {p}: {exc.strerror}", key=key) from None
+        except ValueError as exc:  # too large, or not UTF-8
+            raise ConfigError(f"secret file {p}: {exc}", key=key) from None
     if env:
         return os.environ.get(env)
     return None

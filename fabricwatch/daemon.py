@@ -30,11 +30,17 @@ from fabricwatch.config import (
 )
 from fabricwatch.counters import TrackerSettings
 from fabricwatch.engine.core import Engine
-from fabricwatch.engine.db import IncidentDB
+from fabricwatch.engine.db import STATE_METRICS, IncidentDB
 from fabricwatch.engine.incidents import IncidentTransition, to_json
-from fabricwatch.errors import ConfigError, ExitCode, FabricwatchError
+from fabricwatch.errors import (
+    ConfigError,
+    ExitCode,
+    FabricwatchError,
+    StateWriteError,
+    StoreError,
+)
 from fabricwatch.logs import configure_logging
-from fabricwatch.outputs.alerting import AlertingService
+from fabricwatch.outputs.alerting import AlertingService, secrets_fingerprint
 from fabricwatch.outputs.exposition import ReloadStatus, build_registry
 from fabricwatch.outputs.web import Route, WebServer
 from fabricwatch.sdnotify import Notifier
@@ -129,7 +135,7 @@ class Daemon:
             stale_after=config.store.stale_after,
             tracker=TrackerSettings(gap_after=config.store.gap_after),
         )
-        self.supervisor = Supervisor(self.store, clock=self.clock)
+        self.supervisor = self._new_supervisor(config)
         self._stop = asyncio.Event()
         self._heartbeat = self._monotonic()
         self._tasks: list[asyncio.Task[None]] = []
@@ -138,6 +144,7 @@ class Daemon:
         self.db: IncidentDB | None = None
         self.engine: Engine | None = None
         self.alerting: AlertingService | None = None
+        self._secrets_fingerprint = ""
 
     # -- construction -------------------------------------------------------
 
@@ -147,8 +154,13 @@ class Daemon:
         )
         return load_web_config(path) if path is not None else WebConfig()
 
+    def _new_supervisor(self, config: Config) -> Supervisor:
+        return Supervisor(
+            self.store, clock=self.clock, max_series=config.store.max_series_per_collector
+        )
+
     def _collectors(self, config: Config, env: CollectorEnv) -> Supervisor:
-        sup = Supervisor(self.store, clock=self.clock)
+        sup = self._new_supervisor(config)
         for name, settings in config.collectors.items():
             if not settings.enabled:
                 continue
@@ -173,29 +185,27 @@ class Daemon:
         )
         web_config = self._web_config(cfg)
         self.db = IncidentDB.in_state_dir(state_dir)
+        self.store.register("state", STATE_METRICS)
         try:
             self.db.connect()
+        except StateWriteError as exc:
+            # The disk, not the file: monitor anyway (collectors, /metrics,
+            # engine), keep transitions in memory and retry the store.
+            log.error(
+                "state_db_unavailable",
+                error=str(exc),
+                hint="monitoring runs; incidents are kept in memory and paged once the "
+                "state directory accepts writes",
+            )
+            self.db.hold_writes(True)
         except FabricwatchError as exc:
             log.error("state_db_unusable", error=str(exc))
             return EXIT_STARTUP
-        try:
-            # Before the engine records anything: its transition hook puts every
-            # delivery in the outbox in the same transaction as the incident.
-            self.alerting = AlertingService(
-                cfg.alerting,
-                cfg.mqtt,
-                self.db,
-                node=self.env.node,
-                cluster=cfg.daemon.cluster,
-                summary=self._summary,
-                clock=self._wall,
-                monotonic=self._monotonic,
-            )
-        except FabricwatchError as exc:
-            log.error("alerting_unusable", error=str(exc))
-            self.db.close()
-            return EXIT_CONFIG if isinstance(exc, ConfigError) else EXIT_STARTUP
-        self.store.register("alerting", self.alerting.metrics())
+        else:
+            code = self._build_alerting(cfg)
+            if code is not None:
+                self.db.close()
+                return code
         if cfg.engine.enabled:
             self.engine = Engine(cfg.engine, self.store, self.env.node, self.db)
             self.store.register("engine", self.engine.metrics())
@@ -225,7 +235,10 @@ class Daemon:
         loop.add_signal_handler(signal.SIGINT, self.request_stop)
         loop.add_signal_handler(signal.SIGHUP, lambda: asyncio.ensure_future(self.reload()))
         try:
-            await self.alerting.start()
+            if self.alerting is not None:
+                await self.alerting.start()
+            else:
+                self._tasks.append(asyncio.create_task(self._state_retry_loop(), name="state"))
             try:
                 await self.supervisor.start()
             except StartupFailedError as exc:
@@ -245,6 +258,68 @@ class Daemon:
             for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
                 loop.remove_signal_handler(sig)
         return EXIT_OK
+
+    def _build_alerting(self, cfg: Config) -> int | None:
+        """Wire the outbox on the open database; an exit code if that fails."""
+        assert self.db is not None and self.env is not None
+        try:
+            # Before the engine records anything: its transition hook puts every
+            # delivery in the outbox in the same transaction as the incident.
+            self.alerting = AlertingService(
+                cfg.alerting,
+                cfg.mqtt,
+                self.db,
+                node=self.env.node,
+                cluster=cfg.daemon.cluster,
+                summary=self._summary,
+                clock=self._wall,
+                monotonic=self._monotonic,
+            )
+        except StateWriteError as exc:
+            # The outbox tables could not be written (disk full): wire later.
+            log.error("state_db_unavailable", error=str(exc), component="outbox")
+            self.db.hold_writes(True)
+            return None
+        except FabricwatchError as exc:
+            log.error("alerting_unusable", error=str(exc))
+            return EXIT_CONFIG if isinstance(exc, ConfigError) else EXIT_STARTUP
+        self.store.register("alerting", self.alerting.metrics())
+        self._secrets_fingerprint = secrets_fingerprint(cfg.alerting, cfg.mqtt)
+        return None
+
+    async def _state_retry_loop(self) -> None:
+        """Open the state database once the disk lets us, then wire alerting.
+
+        Until then the engine's transitions wait in memory (writes held, so
+        none is written before the outbox hook is installed).
+        """
+        assert self.db is not None
+        delay = 1.0
+        while True:
+            await self._sleep(delay)
+            try:
+                self.db.connect()
+                if self._build_alerting(self.config) is not None or self.alerting is None:
+                    raise StoreError("alerting could not be wired (see the error above)")
+            except StoreError as exc:
+                self.db.write_errors += 1
+                log.warning("state_db_retry", error=str(exc), retry_in=delay)
+                delay = min(30.0, delay * 2)
+                continue
+            break
+        assert self.alerting is not None
+        await self.alerting.start()
+        self.db.hold_writes(False)
+        log.info("state_db_available", path=str(self.db.path), pending=self.db.pending)
+        self._flush_state()
+
+    def _flush_state(self) -> None:
+        if self.db is None or not self.db.pending:
+            return
+        try:
+            self.db.flush()
+        except FabricwatchError as exc:
+            log.error("state_flush_failed", error=str(exc))
 
     def _state_dir_explicit(self) -> bool:
         return self.config.daemon.state_dir != DaemonSettings().state_dir
@@ -297,8 +372,11 @@ class Daemon:
         while True:
             now = self._monotonic()
             self.store.expire(now)
+            self._flush_state()
             if self.engine is not None:
                 self._engine_tick(self.engine, now)
+            if self.db is not None:
+                self.store.ingest("state", self.db.readings(), now)
             if self.alerting is not None:
                 self.store.ingest("alerting", await self.alerting.collect(), now)
             self._heartbeat = now
@@ -352,7 +430,10 @@ class Daemon:
             return web.json_response({"error": "state must be open or resolved"}, status=400)
         if self.db is None:
             return web.json_response({"error": "not started"}, status=503)
-        docs = self.db.incidents(since=since, state=state, limit=max(1, min(limit, 10_000)))
+        try:
+            docs = self.db.incidents(since=since, state=state, limit=max(1, min(limit, 10_000)))
+        except StoreError as exc:
+            return web.json_response({"error": str(exc)}, status=503)
         return web.json_response({"schema": "fabricwatch.incidents/v1", "incidents": docs})
 
     def pipeline_alive(self) -> bool:
@@ -397,12 +478,56 @@ class Daemon:
             await self.supervisor.stop()
             self.supervisor = self._collectors(new, self.env)
             await self._start_after_reload()
+        await self._reload_alerting(old, new)
         self.config = replace(new, web=old.web, store=old.store, daemon=old.daemon)
         self.reload_status.successful = True
         self.reload_status.success_timestamp = self._wall()
         log.info("reloaded")
         self._notifier.ready()
         return True
+
+    async def _reload_alerting(self, old: Config, new: Config) -> None:
+        """Rebuild the sinks and the MQTT publisher when ``[alerting]``, ``[mqtt]`` or
+        a secret file they name changed; the outbox (and what is pending in it) stays."""
+        current = self.alerting
+        if current is None or self.db is None or self.env is None:
+            return  # not wired yet (state store unavailable): built from the new config later
+        secrets = secrets_fingerprint(new.alerting, new.mqtt)
+        if (
+            new.alerting == old.alerting
+            and new.mqtt == old.mqtt
+            and secrets == self._secrets_fingerprint
+        ):
+            return
+        try:
+            rebuilt = AlertingService(
+                new.alerting,
+                new.mqtt,
+                self.db,
+                node=self.env.node,
+                cluster=old.daemon.cluster,
+                summary=self._summary,
+                clock=self._wall,
+                monotonic=self._monotonic,
+            )
+        except FabricwatchError as exc:
+            self.reload_status.successful = False
+            log.error(
+                "reload_alerting_failed", error=str(exc), hint="the previous sinks stay in force"
+            )
+            return
+        # No await between these two: every transition is routed by exactly one.
+        current.detach()
+        self.alerting = rebuilt
+        self._secrets_fingerprint = secrets
+        await current.close()
+        self.store.register("alerting", rebuilt.metrics())
+        await rebuilt.start()
+        log.info(
+            "alerting_reloaded",
+            sinks=rebuilt.sender.sinks,
+            pending=sum(q.depth for q in rebuilt.outbox.queue_stats().values()),
+        )
 
     async def _start_after_reload(self) -> None:
         try:

@@ -92,3 +92,9 @@ EXIT_CODE_HELP = (
     "pass), 2 invalid configuration or usage, 3 the daemon cannot start, 130 interrupted."
 )
 """One sentence for ``--help`` epilogs and the man page."""
+
+
+class StateWriteError(StoreError):
+    """The state database cannot be written right now (disk full, I/O error,
+    read-only file system, locked). The file itself is fine: free space or fix
+    the mount, and the daemon writes what it kept in memory."""

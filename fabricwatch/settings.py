@@ -23,6 +23,7 @@ import math
 import re
 import types
 import typing
+import urllib.parse
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypeVar
@@ -235,13 +236,32 @@ def build(
     return obj
 
 
+def redact_url(url: str) -> str:
+    """A URL with what may be a credential removed: user info, path and query
+    (Slack and many webhooks carry the token in the path, others in ``?token=``).
+    Scheme, host and port stay, so the operator still sees where it points."""
+    parts = urllib.parse.urlsplit(url)
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    try:
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:
+        port = ""
+    if not (parts.username or parts.password or parts.path.strip("/") or parts.query):
+        return f"{parts.scheme}://{host}{port}" if parts.scheme else "<redacted>"
+    return f"{parts.scheme}://{host}{port}/<redacted>" if parts.scheme else "<redacted>"
+
+
 def to_table(obj: Any, *, redact: bool = True) -> Any:
     """The inverse of :func:`build` for printing: plain TOML-able values, secrets redacted."""
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         out: dict[str, Any] = {}
         for f in dataclasses.fields(obj):
             value = getattr(obj, f.name)
-            if redact and f.metadata.get("secret") and value:
+            if redact and f.metadata.get("secret") == "url" and value:
+                out[f.name] = redact_url(str(value))
+            elif redact and f.metadata.get("secret") and value:
                 out[f.name] = "<redacted>"
             elif value is not None:
                 out[f.name] = to_table(value, redact=redact)
@@ -302,16 +322,22 @@ def option(
     duration: bool = False,
     size: bool = False,
     secret: bool = False,
+    secret_url: bool = False,
     choices: tuple[str, ...] | None = None,
 ) -> T:
-    """A settings field with its help text and constraints (see the module docstring)."""
+    """A settings field with its help text and constraints (see the module docstring).
+
+    ``secret_url`` redacts only a URL's user info, path and query when printed.
+    """
     meta: dict[str, Any] = {"help": help}
     for k, v in (("min", min), ("max", max), ("choices", choices)):
         if v is not None:
             meta[k] = v
-    for k, flag in (("duration", duration), ("size", size), ("secret", secret)):
+    for k, flag in (("duration", duration), ("size", size)):
         if flag:
             meta[k] = True
+    if secret or secret_url:
+        meta["secret"] = "url" if secret_url else True
     if isinstance(default, list | dict | set):
         template = default
         return dataclasses.field(default_factory=lambda: type(template)(template), metadata=meta)

@@ -48,12 +48,27 @@ class CollectorState:
     collections: int = 0
     rejected_readings: int = 0
     last_error: str = ""
+    series_dropped: int = 0  # readings refused: they would pass the series limit
+    series_limited: bool = False
+    # The last failure was a DegradedError: the collector backs off per source
+    # itself and must keep being collected at its interval to notice recovery.
+    degraded: bool = False
 
     def fail(self, reason: str, error: str) -> None:
         self.up = False
         self.consecutive_failures += 1
         self.failures[reason] = self.failures.get(reason, 0) + 1
         self.last_error = error
+
+
+class DegradedError(CollectorError):
+    """Every source of a collector failed, but it still has readings (its own
+    health series, e.g. per-target ``up`` = 0): they are stored, and the
+    collector counts as down."""
+
+    def __init__(self, message: str, readings: Sequence[Reading]) -> None:
+        super().__init__(message)
+        self.readings = readings
 
 
 def backoff_delay(interval: float, failures: int, cap: float = MAX_BACKOFF) -> float:
@@ -80,8 +95,11 @@ class Supervisor:
         *,
         clock: Clock | None = None,
         on_collect: Callable[[str], None] | None = None,
+        max_series: int = 0,
     ) -> None:
         self._store = store
+        self._max_series = max_series
+        self._families: dict[str, tuple[str, ...]] = {}
         clock = clock or Clock()
         self._monotonic = clock.monotonic
         self._wall = clock.wall
@@ -95,7 +113,9 @@ class Supervisor:
         """Register a collector before :meth:`start`."""
         self._entries.append((collector, settings))
         self._states[collector.name] = CollectorState(collector.name)
-        self._store.register(collector.name, collector.metrics())
+        specs = tuple(collector.metrics())
+        self._families[collector.name] = tuple(sp.name for sp in specs)
+        self._store.register(collector.name, specs)
 
     @property
     def states(self) -> Sequence[CollectorState]:
@@ -211,7 +231,8 @@ class Supervisor:
             await self._collect_once(collector, settings, state)
             # Schedule from the planned time, not from "now", so a slow cycle
             # does not drift the grid; skip missed slots instead of bursting.
-            step = backoff_delay(settings.interval, state.consecutive_failures)
+            failures = 0 if state.degraded else state.consecutive_failures
+            step = backoff_delay(settings.interval, failures)
             next_at += step + (phase if first else 0.0)
             first = False
             now = self._monotonic()
@@ -223,6 +244,7 @@ class Supervisor:
     ) -> None:
         t0 = self._monotonic()
         state.last_attempt_mono = t0
+        state.degraded = False
         readings: Sequence[Reading]
         try:
             # asyncio.timeout runs collect() in this task; wait_for would wrap
@@ -242,11 +264,20 @@ class Supervisor:
             # Absent hardware is the normal state of many nodes: the collector
             # logs it once itself; no warning per retry.
             state.fail("absent", str(exc))
+        except DegradedError as exc:
+            kept = self._cap(collector.name, exc.readings, state)
+            state.rejected_readings += self._store.ingest(
+                collector.name, kept, self._monotonic()
+            ).rejected
+            state.fail("error", str(exc))
+            state.degraded = True
+            self._log_failure(state)
         except Exception as exc:  # noqa: BLE001 - one collector must not stop another
             state.fail("error", str(exc) or type(exc).__name__)
             self._log_failure(state)
         else:
             now = self._monotonic()
+            readings = self._cap(collector.name, readings, state)
             result = self._store.ingest(collector.name, readings, now)
             state.rejected_readings += result.rejected
             if state.consecutive_failures:
@@ -264,6 +295,47 @@ class Supervisor:
         finally:
             state.last_duration = self._monotonic() - t0
             state.first_attempt_done = True
+
+    def _cap(
+        self, name: str, readings: Sequence[Reading], state: CollectorState
+    ) -> Sequence[Reading]:
+        """Drop readings that would create series beyond ``max_series`` for this
+        collector (a 10k-row table in switch mode must not take the node's memory)."""
+        limit = self._max_series
+        if limit <= 0:
+            return readings
+        store = self._store
+        have = sum(len(store.family(f)) for f in self._families.get(name, ()))
+        if have + len(readings) <= limit:
+            if state.series_limited and have < limit:
+                state.series_limited = False
+                log.info("series_limit_cleared", collector=name, series=have, limit=limit)
+            return readings
+        kept: list[Reading] = []
+        admitted: set[tuple[str, tuple[str, ...]]] = set()
+        dropped = 0
+        for r in readings:
+            key = (r.name, r.labels)
+            if key not in admitted and store.get(r.name, r.labels) is None:
+                if have >= limit:
+                    dropped += 1
+                    continue
+                have += 1
+                admitted.add(key)
+            kept.append(r)
+        if dropped:
+            state.series_dropped += dropped
+            if not state.series_limited:
+                state.series_limited = True
+                log.error(
+                    "series_limit_reached",
+                    collector=name,
+                    limit=limit,
+                    dropped=dropped,
+                    hint="new series of this collector are dropped; narrow what it polls "
+                    "(targets, ports, tables) or raise store.max_series_per_collector",
+                )
+        return kept
 
     @staticmethod
     def _log_failure(state: CollectorState) -> None:

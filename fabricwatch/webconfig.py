@@ -3,11 +3,26 @@
 The file format is the one ``promtool check web-config`` validates
 (``tls_server_config``, ``basic_auth_users`` with bcrypt hashes,
 ``http_server_config``). Unknown keys are rejected, like the toolkit does.
+Every TLS option is applied as the toolkit applies it, or refused with an
+error that says why: a security option is never accepted and ignored.
+
+- ``min_version``/``max_version``: ``TLS10`` ... ``TLS13``.
+- ``cipher_suites``: Go names of TLS 1.0-1.2 suites (TLS 1.3 suites are not
+  configurable, in Go or OpenSSL); mapped to OpenSSL names.
+- ``curve_preferences``: one curve (``CurveP256``, ``CurveP384``,
+  ``CurveP521``). Python's ssl module can restrict the key exchange to a
+  single group only, so a longer list or ``X25519`` is refused.
+- ``prefer_server_cipher_suites``: the server's order wins (OpenSSL
+  ``SSL_OP_CIPHER_SERVER_PREFERENCE``); default true as in the toolkit.
+- ``client_allowed_sans``: the client certificate's DNS, IP, e-mail or URI
+  SAN must be one of these (checked per connection, before any handler);
+  needs a client CA and a verifying ``client_auth_type``.
 """
 
 from __future__ import annotations
 
 import hashlib
+import secrets
 import ssl
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +31,7 @@ from typing import Any
 import bcrypt
 import yaml
 
+from fabricwatch.config import MAX_CONFIG_BYTES, MAX_SECRET_BYTES, read_capped
 from fabricwatch.errors import ConfigError
 
 _TLS_VERSIONS = {
@@ -31,6 +47,30 @@ _CLIENT_AUTH = {
     "VerifyClientCertIfGiven": ssl.CERT_OPTIONAL,
     "RequireAndVerifyClientCert": ssl.CERT_REQUIRED,
 }
+# Go crypto/tls names (tls.CipherSuites(): the secure TLS 1.0-1.2 suites) -> OpenSSL.
+_CIPHERS = {
+    "TLS_RSA_WITH_AES_128_CBC_SHA": "AES128-SHA",
+    "TLS_RSA_WITH_AES_256_CBC_SHA": "AES256-SHA",
+    "TLS_RSA_WITH_AES_128_GCM_SHA256": "AES128-GCM-SHA256",
+    "TLS_RSA_WITH_AES_256_GCM_SHA384": "AES256-GCM-SHA384",
+    "TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA": "ECDHE-ECDSA-AES128-SHA",
+    "TLS_ECDHE_ECDSA_WITH_AES_256_CBC_SHA": "ECDHE-ECDSA-AES256-SHA",
+    "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA": "ECDHE-RSA-AES128-SHA",
+    "TLS_ECDHE_RSA_WITH_AES_256_CBC_SHA": "ECDHE-RSA-AES256-SHA",
+    "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256": "ECDHE-ECDSA-AES128-GCM-SHA256",
+    "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384": "ECDHE-ECDSA-AES256-GCM-SHA384",
+    "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256": "ECDHE-RSA-AES128-GCM-SHA256",
+    "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384": "ECDHE-RSA-AES256-GCM-SHA384",
+    "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256": "ECDHE-RSA-CHACHA20-POLY1305",
+    "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256": "ECDHE-ECDSA-CHACHA20-POLY1305",
+    "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305": "ECDHE-RSA-CHACHA20-POLY1305",
+    "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305": "ECDHE-ECDSA-CHACHA20-POLY1305",
+}
+_TLS13_SUITES = frozenset(
+    {"TLS_AES_128_GCM_SHA256", "TLS_AES_256_GCM_SHA384", "TLS_CHACHA20_POLY1305_SHA256"}
+)
+_CURVES = {"CurveP256": "prime256v1", "CurveP384": "secp384r1", "CurveP521": "secp521r1"}
+_VERIFYING = frozenset({"VerifyClientCertIfGiven", "RequireAndVerifyClientCert"})
 _TLS_KEYS = {
     "cert_file",
     "key_file",
@@ -58,30 +98,44 @@ class WebConfig:
     tls: ssl.SSLContext | None = None
     users: dict[str, bytes] = field(default_factory=dict)
     headers: dict[str, str] = field(default_factory=dict)
+    allowed_sans: frozenset[str] = frozenset()
+    # Checked for unknown users, so they take as long as a wrong password
+    # (user names cannot be found by timing).
+    dummy_hash: bytes = b""
 
-    def check_password(self, user: str, password: str, cache: dict[str, bool]) -> bool:
-        """bcrypt-check a password. ``cache`` remembers results: bcrypt is slow on purpose."""
+    def cache_key(self, user: str, password: str) -> str:
+        """The key under which good credentials are remembered (cheap: no bcrypt)."""
+        hashed = self.users.get(user, self.dummy_hash)
+        return hashlib.sha256(b"\0".join([user.encode(), password.encode(), hashed])).hexdigest()
+
+    def check_password(self, user: str, password: str) -> bool:
+        """bcrypt-check a password (slow on purpose: call it off the event loop)."""
         hashed = self.users.get(user)
         if hashed is None:
+            if self.dummy_hash:
+                bcrypt.checkpw(password.encode(), self.dummy_hash)
             return False
-        key = hashlib.sha256(b"\0".join([user.encode(), password.encode(), hashed])).hexdigest()
-        hit = cache.get(key)
-        if hit is not None:
-            return hit
-        ok = bcrypt.checkpw(password.encode(), hashed)
-        if len(cache) > 1024:
-            cache.clear()
-        cache[key] = ok
-        return ok
+        return bcrypt.checkpw(password.encode(), hashed)
+
+    def san_allowed(self, peercert: dict[str, Any] | None) -> bool:
+        """Whether a verified client certificate carries an allowed SAN (or none is required)."""
+        if not self.allowed_sans:
+            return True
+        if not peercert:
+            return False
+        names = {str(v) for _kind, v in peercert.get("subjectAltName", ())}
+        return not names.isdisjoint(self.allowed_sans)
 
 
 def load_web_config(path: Path) -> WebConfig:
     """Read and validate a web-config file; relative file names resolve beside it."""
     src = str(path)
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = yaml.safe_load(read_capped(path, MAX_CONFIG_BYTES).decode("utf-8"))
     except OSError as exc:
         raise ConfigError(f"cannot read web config: {exc.strerror}", path=src) from None
+    except ValueError as exc:  # too large or not UTF-8
+        raise ConfigError(f"cannot read web config: {exc}", path=src) from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"invalid YAML: {exc}", path=src) from None
     if data is None:
@@ -96,7 +150,7 @@ def load_web_config(path: Path) -> WebConfig:
                 key=str(key),
             )
     base = path.parent
-    tls = _tls_context(data.get("tls_server_config"), base, src)
+    tls, sans = _tls_context(data.get("tls_server_config"), base, src)
     users: dict[str, bytes] = {}
     raw_users = data.get("basic_auth_users") or {}
     if not isinstance(raw_users, dict):
@@ -120,12 +174,38 @@ def load_web_config(path: Path) -> WebConfig:
             headers = {str(hk): str(hv) for hk, hv in v.items()}
         elif k != "http2":
             raise ConfigError("unsupported key", path=src, key=f"http_server_config.{k}")
-    return WebConfig(tls=tls, users=users, headers=headers)
+    dummy = b""
+    if users:
+        # Same cost as the configured hashes: "$2b$10$..." -> 10.
+        cost = max(int(h.split(b"$")[2]) for h in users.values() if h.count(b"$") >= 3)
+        dummy = bcrypt.hashpw(secrets.token_bytes(16), bcrypt.gensalt(rounds=cost))
+    return WebConfig(tls=tls, users=users, headers=headers, allowed_sans=sans, dummy_hash=dummy)
 
 
-def _tls_context(raw: Any, base: Path, src: str) -> ssl.SSLContext | None:
+def _file(base: Path, name: object, src: str, key: str) -> Path:
+    """A file named by the config, checked to be readable and of sane size."""
+    path = base / str(name)
+    try:
+        read_capped(path, MAX_SECRET_BYTES)
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror}", path=src, key=key) from None
+    except ValueError as exc:
+        raise ConfigError(str(exc), path=src, key=key) from None
+    return path
+
+
+def _str_list(raw: dict[str, Any], name: str, src: str) -> list[str]:
+    value = raw.get(name)
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ConfigError("expected a list of strings", path=src, key=f"tls_server_config.{name}")
+    return list(value)
+
+
+def _tls_context(raw: Any, base: Path, src: str) -> tuple[ssl.SSLContext | None, frozenset[str]]:
     if raw is None:
-        return None
+        return None, frozenset()
     if not isinstance(raw, dict):
         raise ConfigError("expected a mapping", path=src, key="tls_server_config")
     for k in raw:
@@ -138,21 +218,48 @@ def _tls_context(raw: Any, base: Path, src: str) -> ssl.SSLContext | None:
         )
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     min_version = raw.get("min_version", "TLS12")
-    if min_version not in _TLS_VERSIONS:
+    if not isinstance(min_version, str) or min_version not in _TLS_VERSIONS:
         raise ConfigError(
             f"expected one of {', '.join(_TLS_VERSIONS)}",
             path=src,
             key="tls_server_config.min_version",
         )
     ctx.minimum_version = _TLS_VERSIONS[min_version]
+    max_version = raw.get("max_version", "TLS13")
+    if not isinstance(max_version, str) or max_version not in _TLS_VERSIONS:
+        raise ConfigError(
+            f"expected one of {', '.join(_TLS_VERSIONS)}",
+            path=src,
+            key="tls_server_config.max_version",
+        )
+    if _TLS_VERSIONS[max_version] < _TLS_VERSIONS[min_version]:
+        raise ConfigError(
+            f"{max_version} is below min_version {min_version}",
+            path=src,
+            key="tls_server_config.max_version",
+        )
+    ctx.maximum_version = _TLS_VERSIONS[max_version]
+    _ciphers(ctx, _str_list(raw, "cipher_suites", src), src)
+    _curves(ctx, _str_list(raw, "curve_preferences", src), src)
+    prefer = raw.get("prefer_server_cipher_suites", True)
+    if not isinstance(prefer, bool):
+        raise ConfigError(
+            "expected true or false", path=src, key="tls_server_config.prefer_server_cipher_suites"
+        )
+    if prefer:
+        ctx.options |= ssl.OP_CIPHER_SERVER_PREFERENCE
+    else:
+        ctx.options &= ~ssl.OP_CIPHER_SERVER_PREFERENCE
+    cert_path = _file(base, cert, src, "tls_server_config.cert_file")
+    key_path = _file(base, key, src, "tls_server_config.key_file")
     try:
-        ctx.load_cert_chain(base / str(cert), base / str(key))
+        ctx.load_cert_chain(cert_path, key_path)
     except (OSError, ssl.SSLError) as exc:
         raise ConfigError(
             f"cannot load certificate/key: {exc}", path=src, key="tls_server_config.cert_file"
         ) from None
     auth = raw.get("client_auth_type", "NoClientCert")
-    if auth not in _CLIENT_AUTH:
+    if not isinstance(auth, str) or auth not in _CLIENT_AUTH:
         raise ConfigError(
             f"expected one of {', '.join(_CLIENT_AUTH)}",
             path=src,
@@ -161,16 +268,65 @@ def _tls_context(raw: Any, base: Path, src: str) -> ssl.SSLContext | None:
     ctx.verify_mode = _CLIENT_AUTH[auth]
     ca = raw.get("client_ca_file")
     if ca:
+        ca_path = _file(base, ca, src, "tls_server_config.client_ca_file")
         try:
-            ctx.load_verify_locations(base / str(ca))
+            ctx.load_verify_locations(ca_path)
         except (OSError, ssl.SSLError) as exc:
             raise ConfigError(
                 f"cannot load client CA: {exc}", path=src, key="tls_server_config.client_ca_file"
             ) from None
-    elif auth in ("VerifyClientCertIfGiven", "RequireAndVerifyClientCert"):
+    elif auth in _VERIFYING:
         raise ConfigError(
             f"client_auth_type {auth} needs client_ca_file",
             path=src,
             key="tls_server_config.client_ca_file",
         )
-    return ctx
+    sans = frozenset(_str_list(raw, "client_allowed_sans", src))
+    if sans and (auth not in _VERIFYING or not ca):
+        raise ConfigError(
+            "needs client_auth_type RequireAndVerifyClientCert (or VerifyClientCertIfGiven) "
+            "and client_ca_file: only a verified certificate's SANs mean anything",
+            path=src,
+            key="tls_server_config.client_allowed_sans",
+        )
+    return ctx, sans
+
+
+def _ciphers(ctx: ssl.SSLContext, names: list[str], src: str) -> None:
+    if not names:
+        return
+    key = "tls_server_config.cipher_suites"
+    openssl: list[str] = []
+    for name in names:
+        if name in _TLS13_SUITES:
+            raise ConfigError(
+                f"{name} is a TLS 1.3 suite; TLS 1.3 suites are not configurable (as in Go): "
+                "list TLS 1.2 suites only",
+                path=src,
+                key=key,
+            )
+        if name not in _CIPHERS:
+            raise ConfigError(
+                f"unknown or insecure cipher suite {name!r} (known: {', '.join(sorted(_CIPHERS))})",
+                path=src,
+                key=key,
+            )
+        openssl.append(_CIPHERS[name])
+    try:
+        ctx.set_ciphers(":".join(openssl))
+    except ssl.SSLError as exc:
+        raise ConfigError(f"OpenSSL refused the suites: {exc}", path=src, key=key) from None
+
+
+def _curves(ctx: ssl.SSLContext, names: list[str], src: str) -> None:
+    if not names:
+        return
+    key = "tls_server_config.curve_preferences"
+    if len(names) > 1 or names[0] not in _CURVES:
+        raise ConfigError(
+            f"list exactly one of {', '.join(_CURVES)}: Python's ssl module can restrict the "
+            "key exchange to one group only, and a preference it cannot apply is refused",
+            path=src,
+            key=key,
+        )
+    ctx.set_ecdh_curve(_CURVES[names[0]])

@@ -22,13 +22,14 @@ import contextlib
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import grpc
 import grpc.aio
 import structlog
 
-from fabricwatch.config import read_secret
+from fabricwatch.config import read_capped, read_secret
 from fabricwatch.errors import ConfigError
 
 from ._config import GnmiTargetSettings
@@ -39,6 +40,9 @@ log = structlog.get_logger("fabricwatch.collectors.gnmi")
 ERROR_REASONS = ("tls", "auth", "unreachable", "timeout", "stale", "closed", "rpc_error")
 _ENCODINGS = {"json": 0, "bytes": 1, "proto": 2, "ascii": 3, "json_ietf": 4}
 _TLS_HINTS = ("ssl", "tls", "handshake", "certificate", "x509")
+_MAX_MODELS = 4096
+_MAX_NAME = 256
+_MAX_PEM = 1024 * 1024
 
 
 class StreamError(Exception):
@@ -67,10 +71,11 @@ def classify(exc: grpc.aio.AioRpcError) -> StreamError:
 
 def _read(path: str, what: str) -> bytes:
     try:
-        with open(path, "rb") as fh:  # noqa: PTH123 - small PEM files, read once per connect
-            return fh.read()
+        return read_capped(Path(path), _MAX_PEM)
     except OSError as exc:
         raise ConfigError(f"cannot read {what} {path}: {exc.strerror}", key=f"tls.{what}") from None
+    except ValueError as exc:
+        raise ConfigError(str(exc), key=f"tls.{what}") from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,9 +245,16 @@ class TargetStream:
                 await self._connect_and_stream(creds)
                 failures = 0  # a resubscription request: reconnect at once
                 continue
+            except asyncio.CancelledError:
+                raise
             except StreamError as exc:
                 failures += 1
                 self._fail(exc, failures)
+            except Exception as exc:  # noqa: BLE001 - a session must never end for good
+                # Anything else (a reply grpc.aio could not decode, a bug in a
+                # plan) is a failed session too: logged, counted, backed off.
+                failures += 1
+                self._fail(StreamError("rpc_error", f"{type(exc).__name__}: {exc}"), failures)
             await asyncio.sleep(self._delay(failures))
 
     def _delay(self, failures: int) -> float:
@@ -283,7 +295,10 @@ class TargetStream:
                 caps = await stub.Capabilities(
                     pb.CapabilityRequest(), timeout=self.cfg.timeout, metadata=md
                 )
-                self.models = [m.name for m in caps.supported_models]
+                if caps is None:
+                    # grpc.aio's answer to a reply it cannot deserialize.
+                    raise StreamError("rpc_error", "undecodable Capabilities reply")
+                self.models = [str(m.name)[:_MAX_NAME] for m in caps.supported_models][:_MAX_MODELS]
             except grpc.aio.AioRpcError as exc:
                 if exc.code() != grpc.StatusCode.UNIMPLEMENTED:
                     raise classify(exc) from None
@@ -353,6 +368,8 @@ class TargetStream:
             resp = await call.read()
             if resp is grpc.aio.EOF:
                 return
+            if resp is None:
+                raise StreamError("rpc_error", "undecodable SubscribeResponse")
             now = self._clock()
             self._last_rx = now
             self.stats.responses += 1

@@ -18,6 +18,7 @@ from fabricwatch.collectors.switch._lldp import Neighbour, find_uplinks, local_m
 from fabricwatch.counters import CounterTracker
 from fabricwatch.errors import CollectorError, ConfigError, ParseError
 from fabricwatch.readings import MetricSpec, Reading
+from fabricwatch.supervisor import DegradedError
 
 from . import _signals as sig
 from ._client import ERROR_REASONS, StreamError, SubscriptionGroup, TargetStream, load_credentials
@@ -27,6 +28,11 @@ from ._proto import Scalar, flatten, join, path_text, typed_value
 
 log = structlog.get_logger("fabricwatch.collectors.gnmi")
 
+MAX_PATH_CHARS = 1024
+"""Longest leaf path classified; real OpenConfig/SONiC paths are under 300."""
+MAX_CACHE_CHARS = 8 * 1024 * 1024
+"""Path-cache size cap per target (characters of cached paths; about 20 MB with
+the classification results), on top of the ``max_paths`` count cap."""
 PAUSE_QUANTUM_BITS = 65535 * 512
 """Bit-times one PFC frame with the maximum quanta pauses a priority for."""
 _SPEED = re.compile(r"SPEED_(\d+(?:\.\d+)?)(M|G|T)B", re.IGNORECASE)
@@ -90,6 +96,7 @@ class _Target:
     uplinks: dict[str, str] | None = None  # port -> neighbour port; None: not known yet
     subscribed_ports: list[str] | None = None
     cache: dict[str, tuple[Leaf, dict[str, str]] | None] = field(default_factory=dict)
+    cache_chars: int = 0  # sum of the cached paths' lengths
     ignored: dict[str, int] = field(default_factory=lambda: {"malformed": 0, "unknown_path": 0})
     notifications: int = 0
     boot_time: float | None = None
@@ -202,6 +209,12 @@ class GnmiCollector:
         for t in self._targets:
             self._drain(t, out)
             self._state_readings(t, out)
+        failed = [
+            t for t in self._targets if t.stream and not t.stream.up and t.stream.stats.failures
+        ]
+        if self._targets and len(failed) == len(self._targets):
+            why = "; ".join(f"{t.name}: {t.stream.last_error}" for t in failed if t.stream)
+            raise DegradedError(f"every gNMI target is down ({why})", out)
         return out
 
     def _drain(self, t: _Target, out: list[Reading]) -> None:
@@ -292,10 +305,16 @@ class GnmiCollector:
         if path in cache:
             hit = cache[path]
         else:
+            if len(path) > MAX_PATH_CHARS:
+                t.ignored["malformed"] += 1  # no real leaf is this long; never cached
+                return
             hit = profile.classify(path)
-            if len(cache) >= self._settings.max_paths:
-                cache.clear()  # bounded: garbage paths must not grow memory
+            # Bounded by count and by size: hostile long paths must not grow memory.
+            if len(cache) >= self._settings.max_paths or t.cache_chars > MAX_CACHE_CHARS:
+                cache.clear()
+                t.cache_chars = 0
             cache[path] = hit
+            t.cache_chars += len(path)
         if hit is None:
             t.ignored["unknown_path"] += 1
             return

@@ -146,7 +146,12 @@ def _dec_value(data: bytes, tag: int, start: int, end: int) -> Value:
     if tag in _NUMERIC_APP:
         if start == end:
             raise ParseError(f"empty numeric value (tag 0x{tag:02x})")
-        return int.from_bytes(data[start:end], "big")
+        value = int.from_bytes(data[start:end], "big")
+        # Unsigned 32/64-bit types: BER may add one leading zero byte, never more
+        # value (a 9-byte Counter64 of 2**72 is an agent bug, not a counter).
+        if value.bit_length() > (64 if tag == 0x46 else 32):
+            raise ParseError(f"value out of range for its type (tag 0x{tag:02x}): {value}")
+        return value
     if tag == _INTEGER:
         return _dec_int(data, start, end)
     if tag == _OCTETS or tag in _BYTES_APP:

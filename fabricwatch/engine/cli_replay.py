@@ -9,6 +9,7 @@ fabricwatch's own or dcgm-exporter / node_exporter / snmp_exporter ones
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import sys
 import tomllib
@@ -36,7 +37,8 @@ from fabricwatch.engine.replay import (
     ReplayResult,
     fetch_prometheus,
     parse_nic_map,
-    parse_openmetrics,
+    read_files,
+    read_lines,
     run_replay,
     sample_spacing,
 )
@@ -116,38 +118,16 @@ def _progress(total: float, what: str) -> tuple[Callable[[float], None], Callabl
 
 
 def _open_text(path: str, stack: ExitStack) -> Iterator[str]:
+    # surrogateescape + read_lines: bad UTF-8 and endless lines are reported by
+    # the parser with the file and line, and no line is read past the cap.
     if path == "-":
-        return iter(sys.stdin)
+        return read_lines(io.TextIOWrapper(sys.stdin.buffer, "utf-8", "surrogateescape"))
     try:
-        return iter(stack.enter_context(Path(path).open(encoding="utf-8", errors="strict")))
+        return read_lines(
+            stack.enter_context(Path(path).open(encoding="utf-8", errors="surrogateescape"))
+        )
     except OSError as exc:
         raise ReplayError(f"cannot read {path}: {exc.strerror}") from None
-
-
-def _first_bad_line(path: str) -> int | None:
-    """1-based number of the first line that is not UTF-8 (only on the error path)."""
-    try:
-        with Path(path).open("rb") as f:
-            for n, raw in enumerate(f, 1):
-                try:
-                    raw.decode("utf-8")
-                except UnicodeDecodeError:
-                    return n
-    except OSError:
-        return None
-    return None
-
-
-def _parse_file(path: str, mapper: Mapper, stack: ExitStack) -> None:
-    try:
-        parse_openmetrics(_open_text(path, stack), mapper, source=path)
-    except UnicodeDecodeError as exc:
-        line = None if path == "-" else _first_bad_line(path)
-        msg = (
-            f"not UTF-8 text (byte 0x{exc.object[exc.start]:02x}): replay reads OpenMetrics "
-            "text; dump a TSDB with `promtool tsdb dump-openmetrics` first"
-        )
-        raise ParseError(msg, source=path, line=line) from None
 
 
 def final_state(inc: Incident, end: float) -> Incident:
@@ -224,8 +204,7 @@ def run(args: argparse.Namespace) -> int:
                 err(f"cannot read {missing[0]}: no such file")
                 return EXIT_USAGE
             with ExitStack() as stack:
-                for path in args.files:
-                    _parse_file(path, mapper, stack)
+                read_files(args.files, mapper, lambda path: _open_text(path, stack))
         else:
             err("nothing to replay: give OpenMetrics files or --prometheus URL")
             return EXIT_USAGE

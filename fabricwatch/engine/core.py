@@ -24,6 +24,7 @@ from fabricwatch.engine.incidents import (
 )
 from fabricwatch.engine.settings import EngineSettings
 from fabricwatch.engine.stall import GpuState, StallDetector
+from fabricwatch.errors import StoreError
 from fabricwatch.readings import MetricKind, MetricSpec, Reading
 from fabricwatch.store import SnapshotStore
 
@@ -116,6 +117,9 @@ class Engine:
         self._opened: dict[str, float] = dict.fromkeys(CAUSES, 0.0)
         self._gpu_seconds: dict[str, float] = dict.fromkeys(CAUSES, 0.0)
         self._restored = False
+        # Keys of incidents restored from the database and not yet continued
+        # or resolved: see :meth:`_continue_restored`.
+        self._restoring: set[str] = set()
 
     # -- public surface -------------------------------------------------
 
@@ -186,15 +190,71 @@ class Engine:
         return mono + self._offset
 
     def _restore(self, now: float) -> None:
-        """Incidents left open by a previous run resolve unless they recur."""
+        """Reload incidents left open by a previous run.
+
+        Each resolves after ``resolve_hold`` unless its GPUs are seen still
+        stalled, which continues it (:meth:`_continue_restored`). A database
+        that cannot be read yet (disk full at start) is tried again next tick.
+        """
         if self.db is None:
             return
-        for doc in self.db.incidents(node=self.node, state="open"):
+        try:
+            docs = self.db.incidents(node=self.node, state="open")
+        except StoreError:
+            self._restored = False
+            return
+        for doc in docs:
             try:
                 inc = from_json(doc)
             except (KeyError, ValueError, TypeError):
                 continue
+            if inc.key in self._live:
+                continue
             self._live[inc.key] = _Live(inc, inc.onset - self._offset, ended=now)
+            self._restoring.add(inc.key)
+
+    def _continue_restored(self, now: float) -> None:
+        """A restored stall whose GPUs are still idle in their job goes on.
+
+        After a restart the detector has not seen those GPUs work for
+        ``arm_after`` (a hung job never does), so it would not call them
+        stalled and the incident would resolve while the fault holds. They
+        worked when the incident opened: arm them again and make the
+        incident the current stall episode, which the stall then continues
+        (and which ends, and resolves, once they work again).
+        """
+        s = self.settings
+        for key in sorted(self._restoring):
+            live = self._live.get(key)
+            if live is None or live.ended is None or live.incident.kind != "stall":
+                self._restoring.discard(key)  # resolved, recurred, or not a stall
+                continue
+            states = [self.detector.gpus.get(g) for g in live.incident.gpus]
+            idle = [
+                st
+                for st in states
+                if st is not None and st.in_job and st.idle and st.work is not None
+            ]
+            if len(idle) < max(1, math.ceil(s.stall_gpus_ratio * len(live.incident.gpus))):
+                continue  # working again or not seen yet: the hold runs on
+            ep = self._stall
+            if ep is not None and ep.live is not None and ep.live is not live:
+                live.ended = now  # another incident holds the stall: keep this one open
+                continue
+            for st in idle:
+                st.armed = True
+            if ep is None:
+                ep = _Episode("stall", live.onset, now, run_onset=live.onset)
+                ep.next_score = now + s.rescore_every
+                self._stall = ep
+            ep.gpus.update(st.gpu for st in idle)
+            ep.seen = max(ep.seen, *(st.last_sample for st in idle))
+            ep.last_bad = now
+            ep.broken_at = None
+            ep.live = live
+            live.ended = None
+            live.incident = replace(live.incident, ended_at=None)
+            self._restoring.discard(key)
 
     def _score(self, ep: _Episode, now: float) -> tuple[Attribution, tuple[str, ...]]:
         s = self.settings
@@ -440,6 +500,8 @@ class Engine:
         out.append(IncidentTransition("opened", self._wall(now), inc))
 
     def _resolve(self, now: float, out: list[IncidentTransition]) -> None:
+        if self._restoring:
+            self._continue_restored(now)
         hold = self.settings.resolve_hold
         done = [
             k for k, lv in self._live.items() if lv.ended is not None and now - lv.ended >= hold

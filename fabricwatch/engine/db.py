@@ -14,28 +14,60 @@ transaction as each incident transition, e.g. the alerting outbox::
 
 A hook that raises rolls the whole transaction back: the incident is then not
 recorded either, and the engine reports the error.
+
+When the disk refuses writes (full, I/O error, read-only), :meth:`IncidentDB.record`
+keeps the transitions in memory, bounded, and writes them, in order and with
+their hooks, on the next :meth:`IncidentDB.flush` that succeeds: a page is
+late, never lost. :meth:`IncidentDB.readings` says so in metrics.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sqlite3
 import time
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import structlog
+
 from fabricwatch.engine.incidents import IncidentTransition, to_json
-from fabricwatch.errors import StoreError
-from fabricwatch.sqlite import immediate_transaction
+from fabricwatch.errors import StateWriteError, StoreError
+from fabricwatch.readings import MetricKind, MetricSpec, Reading
+from fabricwatch.sqlite import describe, immediate_transaction, is_transient
+
+log = structlog.get_logger("fabricwatch.state")
 
 DB_FILENAME = "incidents.sqlite3"
 APPLICATION_ID = 0x46574931  # "FWI1": lets us refuse other programs' SQLite files
 SCHEMA_VERSION = 1
 
 TransitionHook = Callable[[sqlite3.Connection, IncidentTransition], object]
+
+STATE_WRITE_ERRORS = MetricSpec(
+    "fabricwatch_state_write_errors",
+    MetricKind.COUNTER,
+    "Failed writes of the state database (disk full, I/O error, read-only); each retry counts.",
+)
+STATE_WRITABLE = MetricSpec(
+    "fabricwatch_state_writable",
+    MetricKind.GAUGE,
+    "1 while the state database accepts writes; 0 while transitions wait in memory.",
+)
+STATE_PENDING = MetricSpec(
+    "fabricwatch_state_pending_transitions",
+    MetricKind.GAUGE,
+    "Incident transitions kept in memory because the state database refused them.",
+)
+STATE_METRICS: tuple[MetricSpec, ...] = (STATE_WRITE_ERRORS, STATE_WRITABLE, STATE_PENDING)
+MAX_PENDING = 10_000
+"""Transitions kept in memory while the disk refuses writes (about 30 MB at most)."""
+_LOG_EVERY = 60.0
 
 _BASE_MIGRATIONS: dict[int, tuple[str, ...]] = {
     1: (
@@ -80,6 +112,7 @@ class IncidentDB:
         max_incidents: int = 100_000,
         migrations: dict[int, Sequence[str]] | None = None,
         clock: Callable[[], float] = time.time,
+        max_pending: int = MAX_PENDING,
     ) -> None:
         self.path = path
         self._retention = retention_days * 86400.0
@@ -91,6 +124,14 @@ class IncidentDB:
             self.add_migration(version, stmts)
         self._conn: sqlite3.Connection | None = None
         self._last_prune = -1e18
+        self._pending: deque[IncidentTransition] = deque()
+        self._max_pending = max(1, max_pending)
+        self._held = False
+        self.write_errors = 0
+        self.dropped = 0
+        self.writable = True
+        self.last_error = ""
+        self._logged_at = -1e18
 
     @classmethod
     def in_state_dir(cls, state_dir: Path, **kwargs: Any) -> IncidentDB:
@@ -116,12 +157,23 @@ class IncidentDB:
         """Call ``hook(conn, transition)`` inside each recording transaction."""
         self._hooks.append(hook)
 
+    def remove_transition_hook(self, hook: TransitionHook) -> None:
+        """Stop calling ``hook`` (a reload replaced the outputs); absent hooks are ignored."""
+        self._hooks = [h for h in self._hooks if h is not hook]
+
     def _conn_or_none(self) -> sqlite3.Connection | None:
         return getattr(self, "_conn", None)
 
     def _fail(self, what: str, exc: BaseException) -> StoreError:
+        if is_transient(exc):
+            # The file is fine; moving it aside would throw away undelivered pages.
+            return StateWriteError(
+                f"incident database {self.path}: {what}: {describe(exc)}. Free space on "
+                f"(or remount read-write) the file system of {self.path.parent}; "
+                "fabricwatch keeps monitoring and retries."
+            )
         return StoreError(
-            f"incident database {self.path}: {what}: {exc}. Move the file aside "
+            f"incident database {self.path}: {what}: {describe(exc)}. Move the file aside "
             "(fabricwatch starts a new one) or restore it from a backup."
         )
 
@@ -133,6 +185,10 @@ class IncidentDB:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             conn = sqlite3.connect(self.path, isolation_level=None, timeout=5.0)
         except (OSError, sqlite3.Error) as exc:
+            if isinstance(exc, OSError) or is_transient(exc):
+                raise StateWriteError(
+                    f"cannot open incident database {self.path}: {describe(exc)}"
+                ) from None
             raise StoreError(f"cannot open incident database {self.path}: {exc}") from None
         try:
             conn.execute("PRAGMA busy_timeout = 5000")
@@ -163,7 +219,8 @@ class IncidentDB:
             self._migrate(conn, version)
         except sqlite3.DatabaseError as exc:
             conn.close()
-            raise self._fail("corrupt or not a database", exc) from None
+            what = "cannot open" if is_transient(exc) else "corrupt or not a database"
+            raise self._fail(what, exc) from None
         self._conn = conn
         return conn
 
@@ -231,7 +288,9 @@ class IncidentDB:
                 conn.execute(f"PRAGMA user_version = {int(v)}")
                 conn.execute("COMMIT")
             except BaseException:
-                conn.execute("ROLLBACK")
+                if conn.in_transaction:
+                    with contextlib.suppress(sqlite3.Error):
+                        conn.execute("ROLLBACK")
                 raise
 
     @contextmanager
@@ -240,10 +299,105 @@ class IncidentDB:
         with immediate_transaction(self.connect(), f"incident database {self.path}") as conn:
             yield conn
 
-    def record(self, transitions: Sequence[IncidentTransition]) -> None:
-        """Persist transitions (and run the hooks) in one transaction."""
-        if not transitions:
+    def record(self, transitions: Sequence[IncidentTransition]) -> bool:
+        """Persist transitions (and run the hooks) in one transaction.
+
+        Returns whether they are on disk. When the disk refuses the write
+        (:class:`StateWriteError`) they are kept in memory, after any kept
+        earlier, and written by the next successful :meth:`flush` or
+        ``record``; other errors (a corrupt file) raise, keeping them too.
+        """
+        self._pending.extend(transitions)
+        self._bound()
+        return self.flush()
+
+    @property
+    def pending(self) -> int:
+        """Transitions waiting in memory for the disk."""
+        return len(self._pending)
+
+    def hold_writes(self, held: bool) -> None:
+        """Keep transitions in memory without trying the disk (until the
+        outputs that hook into the transaction are wired)."""
+        self._held = held
+
+    def flush(self) -> bool:
+        """Write the transitions kept in memory, oldest first; True when none remain."""
+        if not self._pending:
+            return True
+        if self._held:
+            return False
+        batch = list(self._pending)
+        try:
+            self._write(batch)
+        except StateWriteError as exc:
+            self._write_failed(exc)
+            return False
+        except StoreError as exc:
+            self._write_failed(exc)
+            raise
+        for _ in batch:
+            self._pending.popleft()
+        if not self.writable:
+            log.warning("state_writable_again", path=str(self.path), written=len(batch))
+        self.writable = True
+        self.last_error = ""
+        now = self._clock()
+        if now - self._last_prune >= 3600.0:
+            with contextlib.suppress(StateWriteError):
+                self.prune(now)
+        return True
+
+    def _write_failed(self, exc: StoreError) -> None:
+        self.write_errors += 1
+        now = time.monotonic()
+        text = str(exc)
+        if self.writable or text != self.last_error or now - self._logged_at >= _LOG_EVERY:
+            self._logged_at = now
+            log.error(
+                "state_write_failed",
+                error=text,
+                pending=len(self._pending),
+                errors=self.write_errors,
+                hint="transitions are kept in memory and written in order once the disk "
+                "accepts writes; do not move the database aside",
+            )
+        self.writable = False
+        self.last_error = text
+
+    def _bound(self) -> None:
+        """Keep at most ``max_pending``: superseded updates go first, then the oldest."""
+        excess = len(self._pending) - self._max_pending
+        if excess <= 0:
             return
+        kept: deque[IncidentTransition] = deque()
+        for tr in self._pending:
+            if excess > 0 and tr.kind == "updated":
+                excess -= 1
+                self.dropped += 1
+                continue
+            kept.append(tr)
+        while excess > 0 and kept:
+            kept.popleft()
+            excess -= 1
+            self.dropped += 1
+        self._pending = kept
+        log.error(
+            "state_pending_dropped",
+            dropped=self.dropped,
+            kept=len(kept),
+            hint="the state database refused writes for too long; free space on its disk",
+        )
+
+    def readings(self) -> list[Reading]:
+        """Values of :data:`STATE_METRICS`."""
+        return [
+            Reading(STATE_WRITE_ERRORS.name, (), float(self.write_errors)),
+            Reading(STATE_WRITABLE.name, (), 1.0 if self.writable else 0.0),
+            Reading(STATE_PENDING.name, (), float(len(self._pending))),
+        ]
+
+    def _write(self, transitions: Sequence[IncidentTransition]) -> None:
         try:
             with self.transaction() as conn:
                 for tr in transitions:
@@ -282,9 +436,6 @@ class IncidentDB:
                         hook(conn, tr)
         except sqlite3.DatabaseError as exc:
             raise self._fail("write failed", exc) from None
-        now = self._clock()
-        if now - self._last_prune >= 3600.0:
-            self.prune(now)
 
     def prune(self, now: float | None = None) -> int:
         """Apply retention: old resolved incidents go, then the oldest beyond the cap."""

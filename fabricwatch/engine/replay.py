@@ -31,8 +31,9 @@ from bisect import bisect_right
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from operator import itemgetter
-from typing import Any
+from typing import IO, Any
 
 from fabricwatch import nicnames
 from fabricwatch.counters import CounterTracker
@@ -713,9 +714,51 @@ def _number(text: str) -> float:
     return float(text)
 
 
+MAX_LINE_CHARS = 1 << 20
+"""Longest OpenMetrics line accepted (1 Mi characters; real ones are under 1 KiB)."""
+MAX_SPAN_DAYS = 92.0
+"""Widest time span one input may cover: the engine ticks every second of it."""
+
+
+def read_lines(stream: IO[str]) -> Iterator[str]:
+    """Lines of a text stream, none read past :data:`MAX_LINE_CHARS` (+1, so the
+    parser can say so): one 50 MB line costs 1 MiB, not gigabytes. Open files
+    with ``errors="surrogateescape"``: the parser then names the line of bad UTF-8."""
+    return iter(partial(stream.readline, MAX_LINE_CHARS + 1), "")
+
+
+def _check_line(line: str, source: str, lineno: int) -> None:
+    """Raise for an over-long line or one that was not UTF-8 (surrogate escapes)."""
+    if len(line) > MAX_LINE_CHARS:
+        raise ParseError(
+            f"line longer than {MAX_LINE_CHARS} characters: not OpenMetrics text",
+            source=source,
+            line=lineno,
+        )
+    try:
+        line.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ParseError(
+            f"not UTF-8 text (character {exc.start + 1} of the line)", source=source, line=lineno
+        ) from None
+
+
+def check_span(lo: float, hi: float, source: str, line: int | None = None) -> None:
+    """Refuse inputs whose samples span more than :data:`MAX_SPAN_DAYS`."""
+    days = (hi - lo) / 86400.0
+    if days > MAX_SPAN_DAYS:
+        raise ParseError(
+            f"samples span {days:.0f} days (timestamps {lo:.0f} to {hi:.0f}), more than "
+            f"{MAX_SPAN_DAYS:.0f}: a timestamp is far from the others (the earliest is on "
+            "the line given); fix or drop it, or split the input",
+            source=source,
+            line=line,
+        )
+
+
 def parse_openmetrics(
     lines: Iterable[str], mapper: Mapper, *, source: str = "<input>", fast: bool = True
-) -> None:
+) -> tuple[float, float] | None:
     """Parse OpenMetrics text with timestamps into ``mapper``.
 
     Most lines take a fast path: a series already validated by the strict
@@ -729,10 +772,15 @@ def parse_openmetrics(
         fast: use the fast path (False: every line through the strict
             parser; same result, for tests and comparisons).
 
+    Returns:
+        The earliest and latest sample timestamp (None without samples).
+
     Raises:
         ParseError: with ``source`` and the 1-based line number, for a
             malformed line, a sample without timestamp, a series going back in
-            time, or content after ``# EOF``.
+            time, content after ``# EOF``, a line over :data:`MAX_LINE_CHARS`,
+            text that is not UTF-8, or samples spanning more than
+            :data:`MAX_SPAN_DAYS`.
     """
     # series text -> [target, last timestamp]; shared by both paths.
     known: dict[str, list[Any]] = {}
@@ -746,7 +794,11 @@ def parse_openmetrics(
     prev_series = ""
     entry: list[Any] | None = None
     lineno = 0
+    lo, lo_line = math.inf, 0  # earliest sample: the first of some series (time never goes back)
+    limit = MAX_LINE_CHARS
     for lineno, raw in enumerate(lines, 1):
+        if len(raw) > limit or not raw.isascii():
+            _check_line(raw.rstrip("\r\n"), source, lineno)
         line = raw.rstrip("\r\n")
         if not eof and not slow_only:
             head, _, ts_text = line.rpartition(" ")
@@ -816,6 +868,8 @@ def parse_openmetrics(
                 raise ParseError(str(exc), source=source, line=lineno) from None
             st = known[key] = [map_series(name, labels), -math.inf, name]
             prev_series = ""  # the fast path's memo may hold a miss for this text
+            if ts < lo:
+                lo, lo_line = ts, lineno
         if ts < st[1]:
             raise ParseError(
                 f"timestamp of {name} goes back in time ({ts} < {st[1]})",
@@ -827,6 +881,11 @@ def parse_openmetrics(
     mapper.samples += n_fast
     if lineno == 0:
         raise ParseError("empty input", source=source)
+    if not known or lo == math.inf:
+        return None
+    hi = max(e[1] for e in known.values())
+    check_span(lo, hi, source, lo_line)
+    return lo, hi
 
 
 def write_openmetrics(
@@ -1074,5 +1133,10 @@ def read_files(
     paths: Sequence[str], mapper: Mapper, open_text: Callable[[str], Iterator[str]]
 ) -> None:
     """Parse several OpenMetrics files (``-`` is standard input) into ``mapper``."""
+    lo, hi = math.inf, -math.inf
     for path in paths:
-        parse_openmetrics(open_text(path), mapper, source=path)
+        span = parse_openmetrics(open_text(path), mapper, source=path)
+        if span is not None:
+            lo, hi = min(lo, span[0]), max(hi, span[1])
+    if hi >= lo:
+        check_span(lo, hi, ", ".join(paths))

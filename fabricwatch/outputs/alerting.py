@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from fabricwatch.config import read_secret
 from fabricwatch.engine.db import IncidentDB
+from fabricwatch.errors import ConfigError
 from fabricwatch.outputs.mqtt import MqttPublisher, MqttSink, publish_metrics
 from fabricwatch.outputs.outbox import Outbox, OutboxSender, RetryPolicy, Sink, TokenBucket
 from fabricwatch.outputs.settings import MQTT_SINK, AlertingSettings, MqttSettings
@@ -104,6 +106,27 @@ def outbox_readings(
     return out
 
 
+def secrets_fingerprint(alerting: AlertingSettings, mqtt: MqttSettings) -> str:
+    """A digest of every secret file the outputs read, so a reload notices a
+    rotated secret even when the config file itself did not change."""
+    h = hashlib.sha256()
+    files = [
+        (f"alerting.sinks.{s.name}", f)
+        for s in alerting.sinks
+        for f in (s.routing_key_file, s.secret_file, s.bearer_token_file)
+        if f
+    ]
+    if mqtt.password_file:
+        files.append(("mqtt.password_file", mqtt.password_file))
+    for key, path in files:
+        try:
+            value = read_secret(path, key=key) or ""
+        except ConfigError as exc:
+            value = f"<unreadable: {exc}>"
+        h.update(key.encode() + b"\0" + value.encode() + b"\0")
+    return h.hexdigest()
+
+
 class AlertingService:
     """Outbox, router, sender and MQTT publisher of one daemon."""
 
@@ -155,11 +178,13 @@ class AlertingService:
                 backoff_max=alerting.backoff_max,
                 max_retry_after=alerting.max_retry_after,
                 retention=alerting.retention,
+                auth_retries=alerting.auth_failure_retries,
             ),
             limits=limits,
             monotonic=monotonic,
         )
         self.router.set_listener(self.sender.wake)
+        self._db = db
         db.add_transition_hook(self.router)
         if self.publisher is not None:
             self.publisher.on_connect(lambda: self.sender.receiver_back(MQTT_SINK))
@@ -190,6 +215,10 @@ class AlertingService:
     async def collect(self) -> Sequence[Reading]:
         """Self-metric readings."""
         return outbox_readings(self.sender, self.outbox, self.publisher, self._clock())
+
+    def detach(self) -> None:
+        """Stop routing new transitions here (a rebuilt service takes over)."""
+        self._db.remove_transition_hook(self.router)
 
     async def close(self) -> None:
         """Stop the sender (pending rows stay), publish offline, disconnect."""

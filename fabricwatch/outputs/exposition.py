@@ -132,14 +132,21 @@ class SelfExporter:
             "Readings dropped as malformed (wrong labels, NaN, undeclared family).",
             labels=["collector"],
         )
+        dropped = CounterMetricFamily(
+            "fabricwatch_collector_dropped_series_readings",
+            "Readings dropped because they would add a series beyond "
+            "store.max_series_per_collector.",
+            labels=["collector"],
+        )
         for s in states:
+            dropped.add_metric([s.name], s.series_dropped)
             up.add_metric([s.name], 1.0 if s.up else 0.0)
             dur.add_metric([s.name], s.last_duration)
             last.add_metric([s.name], s.last_success_wall)
             rejected.add_metric([s.name], s.rejected_readings)
             for reason, n in sorted(s.failures.items()):
                 fails.add_metric([s.name, reason], n)
-        yield from (up, dur, last, fails, rejected)
+        yield from (up, dur, last, fails, rejected, dropped)
         ok = GaugeMetricFamily(
             "fabricwatch_config_last_reload_successful",
             "Whether the last configuration reload attempt was successful.",

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import random
 import re
@@ -51,6 +52,14 @@ def topic_segment(text: str) -> str:
     """A name as one topic segment: lower case, ``[a-z0-9_-]``, never empty."""
     seg = _SEGMENT_BAD.sub("-", text.lower()).strip("-")
     return seg or "_"
+
+
+def default_client_id(cluster: str, node: str) -> str:
+    """``fabricwatch-<node segment>-<hash>``: readable, and distinct for names that
+    share a segment (``gpu.1`` and ``gpu:1``), which would otherwise kick each other
+    off the broker (MQTT allows one session per client id)."""
+    digest = hashlib.sha256(f"{cluster}\0{node}".encode()).hexdigest()[:8]
+    return f"fabricwatch-{topic_segment(node)[:40]}-{digest}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,7 +134,7 @@ class MqttPublisher:
         self.settings = settings
         self.node = node
         self.topics = Topics.for_node(settings.topic_prefix, cluster, node)
-        self.client_id = settings.client_id or f"fabricwatch-{topic_segment(node)}"
+        self.client_id = settings.client_id or default_client_id(cluster, node)
         self._password = password
         self._tls = tls_context(settings)
         self._rng = rng or random.Random()  # noqa: S311 - jitter, not cryptography

@@ -39,6 +39,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 import structlog
 
 from fabricwatch.errors import DeliveryError, StoreError
+from fabricwatch.sqlite import immediate_transaction, store_error
 
 log = structlog.get_logger("fabricwatch.outbox")
 
@@ -136,8 +137,9 @@ def ensure_schema(conn: sqlite3.Connection) -> None:
             )
             raise StoreError(msg)
     except BaseException:
-        if not in_tx:
-            conn.execute("ROLLBACK")
+        if not in_tx and conn.in_transaction:
+            with contextlib.suppress(sqlite3.Error):  # SQLite may have rolled back already
+                conn.execute("ROLLBACK")
         raise
     if not in_tx:
         conn.execute("COMMIT")
@@ -262,7 +264,7 @@ class Outbox:
         try:
             ensure_schema(conn)
         except sqlite3.DatabaseError as exc:
-            raise StoreError(f"outbox: cannot create tables: {exc}") from None
+            raise store_error("outbox", "cannot create tables", exc) from None
 
     @classmethod
     def open(cls, path: Path, *, clock: Callable[[], float] = time.time) -> Outbox:
@@ -279,13 +281,8 @@ class Outbox:
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
         """An immediate write transaction (for enqueueing outside the engine)."""
-        self.conn.execute("BEGIN IMMEDIATE")
-        try:
-            yield self.conn
-        except BaseException:
-            self.conn.execute("ROLLBACK")
-            raise
-        self.conn.execute("COMMIT")
+        with immediate_transaction(self.conn, "outbox") as conn:
+            yield conn
 
     def _rows(self, sql: str, args: Sequence[Any]) -> list[Delivery]:
         return [Delivery(*r) for r in self.conn.execute(sql, args).fetchall()]
@@ -346,13 +343,14 @@ class Outbox:
             [(now, error[:500], next_attempt_at, i) for i in ids],
         )
 
-    def mark_dead(self, ids: Sequence[int], reason: str) -> None:
-        """Give up on these rows (kept, visible, counted)."""
+    def mark_dead(self, ids: Sequence[int], reason: str, *, attempted: bool = False) -> None:
+        """Give up on these rows (kept, visible, counted); ``attempted``: after a try."""
         now = self.clock()
+        inc = 1 if attempted else 0
         self._update(
-            "UPDATE outbox SET state = 'dead', done_at = ?, last_error = ? "
-            "WHERE id = ? AND state = 'pending'",
-            [(now, reason[:500], i) for i in ids],
+            "UPDATE outbox SET state = 'dead', done_at = ?, last_error = ?, "
+            "attempts = attempts + ? WHERE id = ? AND state = 'pending'",
+            [(now, reason[:500], inc, i) for i in ids],
         )
 
     def reset_backoff(self, sink: str) -> int:
@@ -414,9 +412,11 @@ class SinkError(DeliveryError):
     """A delivery attempt failed; says whether and when to retry.
 
     Attributes:
-        retryable: try again later (network, timeout, 5xx, 429).
+        retryable: try again later (network, timeout, 5xx, 429, 401/403).
         retry_after: the receiver's ``Retry-After`` in seconds, if it sent one.
         gone: the receiver said 410 Gone: stop this sink until restart.
+        auth: the receiver refused the credentials (401/403): retried up to
+            ``RetryPolicy.auth_retries`` attempts, then dead-lettered.
     """
 
     def __init__(
@@ -426,11 +426,13 @@ class SinkError(DeliveryError):
         retryable: bool = True,
         retry_after: float | None = None,
         gone: bool = False,
+        auth: bool = False,
     ) -> None:
         super().__init__(message)
         self.retryable = retryable
         self.retry_after = retry_after
         self.gone = gone
+        self.auth = auth
 
 
 @runtime_checkable
@@ -493,6 +495,7 @@ class RetryPolicy:
     backoff_max: float = 300.0
     max_retry_after: float = 3600.0
     retention: float = 7 * 86400.0
+    auth_retries: int = 20
 
     def backoff(self, attempts: int, rng: random.Random) -> float:
         """Delay after the ``attempts``-th failure: doubling, "equal jitter".
@@ -727,7 +730,7 @@ class OutboxSender:
         w.stats.succeeded += len(batch)
         try:
             self.outbox.mark_delivered(ids)
-        except sqlite3.Error:
+        except (sqlite3.Error, StoreError):
             w.unrecorded = ids
             raise
         log.info(
@@ -757,9 +760,12 @@ class OutboxSender:
                 w.split_through = batch[-1].id
                 self.outbox.mark_failed([d.id for d in batch], str(exc), self.outbox.clock())
                 return
-            self._dead(w, batch, f"rejected: {exc}")
+            self._dead(w, batch, f"rejected: {exc}", attempted=True)
             return
         attempts = batch[0].attempts + 1
+        if exc.auth and attempts >= self.policy.auth_retries:
+            self._dead(w, batch, f"rejected after {attempts} attempts: {exc}", attempted=True)
+            return
         if exc.retry_after is not None:
             ra = min(max(0.0, exc.retry_after), self.policy.max_retry_after)
             delay = ra + self._rng.uniform(0.0, min(1.0, 0.1 * ra))
@@ -775,18 +781,20 @@ class OutboxSender:
             count=len(batch),
         )
 
-    def _dead(self, w: _Worker, rows: Sequence[Delivery], reason: str) -> None:
+    def _dead(
+        self, w: _Worker, rows: Sequence[Delivery], reason: str, *, attempted: bool = False
+    ) -> None:
         w.stats.dead += len(rows)
         for d in rows:
             full = reason if d.last_error is None else f"{reason} (last error: {d.last_error})"
-            self.outbox.mark_dead([d.id], full)
+            self.outbox.mark_dead([d.id], full, attempted=attempted)
             log.error(
                 "delivery_dead_lettered",
                 sink=w.sink.name,
                 event_id=d.event_id,
                 incident=d.incident_key,
                 transition=d.transition,
-                attempts=d.attempts,
+                attempts=d.attempts + (1 if attempted else 0),
                 reason=full,
             )
 

@@ -63,6 +63,7 @@ class SinkSettings:
     url: str = option(
         "",
         "Alertmanager base URL, Slack webhook URL or webhook URL (PagerDuty: Events v2 URL).",
+        secret_url=True,
     )
     routing_key_file: str = option("", "PagerDuty: file holding the integration routing key.")
     secret_file: str = option(
@@ -99,7 +100,9 @@ class SinkSettings:
     runbook_url: str = option(
         "", "Runbook link in annotations/links; `{cause}` is replaced by the cause."
     )
-    generator_url: str = option("", "Alertmanager: generatorURL (e.g. this node's /api URL).")
+    generator_url: str = option(
+        "", "Alertmanager: generatorURL (e.g. this node's /api URL).", secret_url=True
+    )
 
     def validate(self) -> None:
         """Reject sinks that cannot work: bad name, missing URL or secret."""
@@ -151,6 +154,13 @@ class AlertingSettings:
         min=60.0,
         max=365 * 86400.0,
         duration=True,
+    )
+    auth_failure_retries: int = option(
+        20,
+        "Attempts a delivery gets while the receiver answers 401/403 (secret rotation, an "
+        "auth proxy), with the usual backoff, before it is dead-lettered.",
+        min=1,
+        max=10_000,
     )
     sinks: list[SinkSettings] = option([], "Alert sinks ([[alerting.sinks]] tables).")
 
@@ -218,6 +228,13 @@ class MqttSettings:
         """Topic prefix without wildcards or a leading slash; key needs a cert."""
         if self.topic_prefix.startswith("/") or any(c in self.topic_prefix for c in "+#"):
             msg = "topic_prefix must not start with '/' or contain '+' or '#'"
+            raise ValueError(msg)
+        if any(ord(c) < 0x20 or ord(c) == 0x7F for c in self.topic_prefix):
+            # MQTT forbids U+0000 in topics; other controls break logs and ACLs.
+            msg = "topic_prefix must not contain NUL or other control characters"
+            raise ValueError(msg)
+        if len(self.topic_prefix.encode()) > 1024:
+            msg = "topic_prefix is longer than 1024 bytes"
             raise ValueError(msg)
         if self.key_file and not self.cert_file:
             msg = "key_file needs cert_file"

@@ -41,6 +41,8 @@ async def webhook(args: argparse.Namespace) -> int:
                     "secret_file": args.secret_file,
                     "min_severity": "info",
                     "timeout": 5.0,
+                    # One transition per request, so a kill -9 lands between requests.
+                    "max_batch": 1,
                 }
             ],
         },

@@ -145,6 +145,7 @@ def webhook_alerting(url: str, secret_file: Path, **kw: Any) -> AlertingSettings
         "secret_file": str(secret_file),
         "min_severity": "info",
         "timeout": 5.0,
+        "max_batch": 1,  # one page per request: the tests count requests
     }
     sink.update(kw)
     return build(

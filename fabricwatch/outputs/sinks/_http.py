@@ -49,6 +49,9 @@ def check_response(status: int, headers: Mapping[str, str], body: bytes) -> None
         raise SinkError(what, retryable=False, gone=True)
     if status in (408, 425, 429) or status >= 500:
         raise SinkError(what, retryable=True, retry_after=retry_after)
+    if status in (401, 403):
+        # Usually transient: a secret being rotated, an auth proxy restarting.
+        raise SinkError(what, retryable=True, retry_after=retry_after, auth=True)
     raise SinkError(what, retryable=False)
 
 
