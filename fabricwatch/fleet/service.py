@@ -524,8 +524,14 @@ class FleetAggregator:
 
     def _record(self, tr: GroupTransition) -> None:
         router = self._router(tr.cluster)
+        # A job incident covered by a switch/storage/NVLink incident is recorded and
+        # announced, not paged: that incident's page is the one page for the fault.
+        paged = tr.doc.get("paged") is not False
         self.db.record(
-            tr.kind, tr.at, tr.doc, lambda conn: router.route(conn, tr.kind, tr.at, tr.doc)
+            tr.kind,
+            tr.at,
+            tr.doc,
+            (lambda conn: router.route(conn, tr.kind, tr.at, tr.doc)) if paged else None,
         )
         self.transition_counts[tr.kind] += 1
         self._pending_announce[(tr.cluster, tr.topic_id)] = tr.doc
@@ -552,6 +558,8 @@ class FleetAggregator:
         peer = str(doc.get("owner", "?"))
 
         def told(conn: sqlite3.Connection) -> None:
+            if doc.get("paged") is False:
+                return
             router.route(conn, transition, now, doc)
             settle_pending(
                 conn,

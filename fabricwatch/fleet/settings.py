@@ -76,6 +76,15 @@ class FleetSettings:
         max=600.0,
         duration=True,
     )
+    job_link_wait: float = option(
+        2.0,
+        "A job incident with no node evidence waits this long after `settle` for a "
+        "switch/storage/NVLink group (any replica's) holding its origin, so one fault pages "
+        "once; then it pages as `unknown` with the nodes that stalled first.",
+        min=0.0,
+        max=600.0,
+        duration=True,
+    )
     join_window: float = option(
         300.0,
         "A node incident joins an open group of its culprit when their times overlap; a "
