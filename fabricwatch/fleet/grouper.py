@@ -447,15 +447,13 @@ class Grouper:
         own = [candidate(t.member, gk, g.incident_key) for t in g.members.values()]
         if not own:
             return own
-        lo = min(c.onset for c in own) - self.settings.join_window
-        hi = max(
-            (t.member.resolved_at or now) if t.member.state == "resolved" else now
-            for t in g.members.values()
-        )
+        w = self.settings.job_origin_window
+        lo = min(c.onset for c in own) - w
+        hi = max(c.onset for c in own) + w
         linked = self._link_index(now).get((g.cluster, g.key.name), [])
-        # Overlapping in time: the shared-culprit member had not ended before the
-        # job's episode (less the join window) and had begun before it ended.
-        return own + [c.candidate for c in linked if c.end >= lo and c.candidate.onset <= hi]
+        # The same episode: the shared-culprit member began within the window of the
+        # job's stalls and had not ended before them.
+        return own + [c.candidate for c in linked if lo <= c.candidate.onset <= hi and c.end >= lo]
 
     def _job_verdict(self, g: Group, now: float) -> Verdict:
         return rank(self._job_candidates(g, now))

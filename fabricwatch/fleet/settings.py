@@ -85,6 +85,16 @@ class FleetSettings:
         max=600.0,
         duration=True,
     )
+    job_origin_window: float = option(
+        60.0,
+        "A node incident of a job in a switch/storage/NVLink group counts as the job "
+        "incident's origin only if it started within this long of the job's stalls (the "
+        "origin stalls first; an older fault is another episode). At least the sample "
+        "spacing of the slowest node.",
+        min=1.0,
+        max=3600.0,
+        duration=True,
+    )
     join_window: float = option(
         300.0,
         "A node incident joins an open group of its culprit when their times overlap; a "
