@@ -39,6 +39,7 @@ from fabricwatch.config import read_secret
 from fabricwatch.errors import FabricwatchError, ParseError, StoreError
 from fabricwatch.fleet.db import FleetDB
 from fabricwatch.fleet.grouper import Grouper, GroupTransition
+from fabricwatch.fleet.ledger import LEDGER_METRICS, Ledger
 from fabricwatch.fleet.model import (
     FleetTopics,
     member_from_json,
@@ -188,8 +189,12 @@ class FleetAggregator:
             monotonic=monotonic,
         )
         self._routers: dict[str, Router] = {}
-        self.store = SnapshotStore(history=2, stale_after=3600.0)
+        # Every tick re-ingests every live series: one not refreshed for a few ticks
+        # is gone (a resolved cause, an expired job), not left at its last value.
+        self.store = SnapshotStore(history=2, stale_after=max(10.0, 20 * fleet.tick))
         self.store.register("fleet", FLEET_METRICS)
+        self.store.register("ledger", LEDGER_METRICS)
+        self.ledger = Ledger(job_expiry=fleet.job_expiry, cost_per_gpu_hour=fleet.cost_per_gpu_hour)
         self.store.register("alerting", ALERT_METRICS)
         self.counts: Counter[tuple[str, str]] = Counter()
         self.transition_counts: Counter[str] = Counter()
@@ -224,6 +229,7 @@ class FleetAggregator:
                 WebRoute("/api/v1/incidents", self._api_incidents, "cluster incidents (JSON)"),
                 WebRoute("/api/v1/nodes", self._api_nodes, "node status (JSON)"),
                 WebRoute("/api/v1/replicas", self._api_replicas, "replicas and partitions (JSON)"),
+                WebRoute("/api/v1/jobs", self._api_jobs, "per-job ledger of lost GPU-hours (JSON)"),
             ]
             self.web = WebServer(registry, self.ready, self._web_config, routes)
             await self.web.start(*listen)
@@ -431,6 +437,7 @@ class FleetAggregator:
                 raise ParseError(f"bad announcement: {exc}", source=topic) from None
             self.grouper.on_announcement(rest[1], rest[2], doc)
             self.db.remember(doc)
+            self.ledger.apply(doc, self._wall())
             self._count("group", "accepted")
         elif rest[0] == "p":
             if not payload:
@@ -534,6 +541,7 @@ class FleetAggregator:
             (lambda conn: router.route(conn, tr.kind, tr.at, tr.doc)) if paged else None,
         )
         self.transition_counts[tr.kind] += 1
+        self.ledger.apply(tr.doc, tr.at)
         self._pending_announce[(tr.cluster, tr.topic_id)] = tr.doc
         log.info(
             f"cluster_incident_{tr.kind}",
@@ -669,6 +677,8 @@ class FleetAggregator:
         alert.append(Reading(MQTT_CONNECTED.name, (), 1.0 if self._connected.is_set() else 0.0))
         alert.append(Reading(MQTT_CONNECTS.name, (), float(self.connects)))
         self.store.ingest("alerting", alert, now)
+        self.ledger.expire(self._wall())
+        self.store.ingest("ledger", self.ledger.readings(), now)
         self.store.expire(now)
 
     async def _api_incidents(self, request: web.Request) -> web.Response:
@@ -690,6 +700,24 @@ class FleetAggregator:
                 "incidents": docs,
             }
         )
+
+    async def _api_jobs(self, request: web.Request) -> web.Response:
+        """``GET /api/v1/jobs?cluster=prod&job=slurm:8812``: the job ledger; with ``job``,
+        that job's job incidents too (origin, cause, waiting nodes)."""
+        q = request.query
+        job = q.get("job")
+        entries = self.ledger.entries(cluster=q.get("cluster"), job=job)
+        body: dict[str, Any] = {
+            "schema": "fabricwatch.job-ledgers/v1",
+            "replica": self.replica,
+            "jobs": entries,
+        }
+        if job is not None:
+            docs = self.db.incidents(cluster=q.get("cluster"), limit=10_000)
+            body["incidents"] = [
+                d for d in docs if d.get("group", {}).get("kind") == "job" and d.get("job") == job
+            ]
+        return web.json_response(body)
 
     async def _api_nodes(self, _request: web.Request) -> web.Response:
         nodes = [

@@ -139,6 +139,20 @@ class FleetSettings:
         max=30 * 86400.0,
         duration=True,
     )
+    job_expiry: float = option(
+        3600.0,
+        "The ledger's per-job series of a job with no open incident expire this long after "
+        "its last one (the fleet learns that a job ended only from its silence).",
+        min=1.0,
+        max=30 * 86400.0,
+        duration=True,
+    )
+    cost_per_gpu_hour: float = option(
+        0.0,
+        "Price of one GPU-hour: the job ledger adds money lost (0: GPU-seconds only).",
+        min=0.0,
+        max=1e6,
+    )
     tick: float = option(0.2, "Grouping tick in seconds.", min=0.01, max=60.0, duration=True)
     max_message_bytes: int = option(
         262_144, "Larger incident messages are rejected.", min=1024, max=16_777_216

@@ -10,7 +10,6 @@ page, one job incident per stalled job, the origin right and no victim named.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -40,13 +39,14 @@ async def test_sixteen_nodes_one_page_per_fault_and_the_right_origin(
     }  # fmt: skip
     secret = tmp_path / "secret"
     secret.write_text(new_secret())
-    clock = SimClock(events[0][1].at - 5.0, SPEED)
+    # The sender starts handover_delay (real seconds) after the partitions are owned.
+    clock = SimClock(events[0][1].at - 3.0 * SPEED, SPEED)
     agg = FleetAggregator(
         fleet_settings(
             replica_id="r1",
             settle=3.0,
             job_link_wait=2.0,
-            handover_delay=1.0,
+            handover_delay=1.0,  # real seconds for the sender, scenario ones for paging
             resolve_hold=5.0,
             update_interval=10.0,
             tick=0.01,
@@ -59,7 +59,6 @@ async def test_sixteen_nodes_one_page_per_fault_and_the_right_origin(
     await agg.start(None)
     try:
         assert await agg.wait_ready(10.0)
-        await asyncio.sleep(2.0 / SPEED)  # past handover_delay: the partitions are warm
         sent = await publish_in_time(events, clock, port=mosquitto.port, cluster="prod")
         assert sent == len(events)
 
