@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 
 from fabricwatch.engine import cli_incidents
+from fabricwatch.fleet import cli_jobs
 from fabricwatch.outputs import cli_deliveries
 
 
@@ -22,6 +23,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         help="list alert deliveries (pending, delivered, dead-lettered) instead of incidents",
     )
     cli_deliveries.configure_parser(parser)
+    cli_jobs.configure_parser(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -30,4 +32,6 @@ def run(args: argparse.Namespace) -> int:
         if args.limit is None:
             args.limit = 50
         return cli_deliveries.run(args)
+    if args.by == "job":
+        return cli_jobs.run(args)
     return cli_incidents.run(args)

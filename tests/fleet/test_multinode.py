@@ -21,11 +21,24 @@ from fabricwatch.fleet.service import FleetAggregator
 from fabricwatch.fleet.sim import all_transitions, build_cluster, in_time_order
 from fabricwatch.fleet.simlive import Page, SimClock, publish_in_time, score, summary
 from tests.alerting.conftest import Mosquitto, Receiver, new_secret
-from tests.fleet.conftest import fleet_settings, mqtt_settings, wait_for, webhook_alerting
+from tests.conftest import free_port
+from tests.fleet.conftest import (
+    fleet_settings,
+    http_get,
+    mqtt_settings,
+    wait_for,
+    webhook_alerting,
+)
 
 pytestmark = pytest.mark.integration
 
 SPEED = 60.0
+
+
+def _kind(fault: str) -> str:
+    """The culprit kind the ledger should charge a fault to."""
+    return {"port": "nic", "gpu": "gpu", "nvlink": "nvlink", "storage": "storage", "link": "nic",
+            "switch": "switch", "unknown": "none"}[fault]  # fmt: skip
 
 
 async def test_sixteen_nodes_one_page_per_fault_and_the_right_origin(
@@ -56,7 +69,8 @@ async def test_sixteen_nodes_one_page_per_fault_and_the_right_origin(
         state_dir=tmp_path / "r1",
         wall=clock.now,
     )
-    await agg.start(None)
+    http = free_port()
+    await agg.start(("127.0.0.1", http))
     try:
         assert await agg.wait_ready(10.0)
         sent = await publish_in_time(events, clock, port=mosquitto.port, cluster="prod")
@@ -67,6 +81,12 @@ async def test_sixteen_nodes_one_page_per_fault_and_the_right_origin(
 
         await wait_for(settled, 30.0, "every cluster incident resolved")
         await wait_for(lambda: not agg.outbox.rows(state="pending"), 10.0, "pages delivered")
+        status, body = await http_get(f"http://127.0.0.1:{http}/api/v1/jobs")
+        assert status == 200
+        ledger = {e["job"]: e for e in json.loads(body)["jobs"]}
+        status, body = await http_get(f"http://127.0.0.1:{http}/api/v1/jobs?job=slurm:8800")
+        job_incidents = json.loads(body)["incidents"]
+        _, metrics = await http_get(f"http://127.0.0.1:{http}/metrics")
     finally:
         await agg.close()
     pages = []
@@ -95,5 +115,16 @@ async def test_sixteen_nodes_one_page_per_fault_and_the_right_origin(
     [sw] = [x for x in scores if x.truth.fault.kind == "switch"]
     sw_pages = [p for p in pages if p.doc["group"]["kind"] == "switch" and p.transition == "opened"]
     assert [p.doc["jobs"] for p in sw_pages] == [list(sw.truth.jobs)]
+    # The ledger charges each job's lost GPU-seconds to the causes of the faults that
+    # stalled it (the waiting nodes included), never to `unknown` when there was an origin.
+    for job in ("slurm:8800", "slurm:8801"):
+        want = {(t.cause, _kind(t.fault.kind)) for t in truths if job in t.jobs}
+        got = {(b["cause"], b["culprit_kind"]) for b in ledger[job]["by_cause"]}
+        assert got == want, (job, got, want)
+    assert {d["job"] for d in job_incidents} == {"slurm:8800"}
+    assert sum(t.fault.kind != "switch" and "slurm:8800" in t.jobs for t in truths) + 1 == len(
+        job_incidents
+    )
+    assert 'fabricwatch_fleet_job_gpu_seconds_lost{cause="pfc_storm"' in metrics
     # Every page came after the first stall, within the node detection plus settle.
     assert all(x.latency is not None and x.latency > 0 for x in scores), detail
