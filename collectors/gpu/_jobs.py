@@ -28,6 +28,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from fabricwatch.jobkeys import pod_owner
+
 _CGROUP_MAX = 64 * 1024
 _ENVIRON_MAX = 256 * 1024
 
@@ -45,10 +47,6 @@ _SLURM_ENV = (b"SLURM_JOB_ID=", b"SLURM_JOBID=")
 DEFAULT_ENV_NAMES = ("FABRICWATCH_JOB",)
 _LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/@=+-]{0,127}$")
 _DNS = re.compile(r"^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$")
-# generateName suffixes: 5 characters of the apimachinery alphabet (no vowels,
-# no 0/1/3 that read as letters), so real words ("bench", "train") never match.
-_GENERATED = re.compile(r"^[bcdfghjklmnpqrstvwxz2456789]{5}$")
-_ROLES = frozenset({"master", "worker", "launcher", "chief", "ps", "evaluator", "driver", "leader"})
 _PODS_MAX = 100_000
 
 
@@ -133,27 +131,6 @@ def label_from_environ(data: bytes, names: Iterable[str]) -> JobRef | None:
         if _LABEL.match(text):
             return JobRef("label", text)
     return None
-
-
-def pod_owner(pod: str) -> str:
-    """The workload a pod name belongs to, the same for every pod of a multi-node job.
-
-    Strips what differs between the pods of one workload, from the end: a
-    ``generateName`` suffix (Job, JobSet pods), indices (indexed Job, JobSet job
-    and pod index, StatefulSet, Kubeflow replica index) and a Kubeflow replica
-    role (``master``, ``worker``, ``launcher``...). ``llama-worker-12`` and
-    ``llama-master-0`` -> ``llama`` (PyTorchJob); ``run7-workers-0-3-x7k2p`` ->
-    ``run7-workers`` (JobSet replicated job); ``train-4-bq2zk`` -> ``train``
-    (indexed Job). A name that would strip to nothing is kept whole.
-    """
-    parts = pod.split("-")
-    if len(parts) > 1 and _GENERATED.match(parts[-1]):
-        parts.pop()
-    while len(parts) > 1 and parts[-1].isdigit():
-        parts.pop()
-    if len(parts) > 1 and parts[-1] in _ROLES:
-        parts.pop()
-    return "-".join(parts) or pod
 
 
 def pod_from_logs(pod_logs: Path, uid: str) -> tuple[str, str] | None:

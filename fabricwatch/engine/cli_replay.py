@@ -65,6 +65,10 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--db", type=Path, help="also persist incidents into this SQLite file")
     parser.add_argument("--json", action="store_true", help="fabricwatch.incident/v1 JSON array")
     parser.add_argument("--list-mappings", action="store_true", help="print the name mapping table")
+    # Imported here: the fleet replay module imports this one.
+    from fabricwatch.fleet import cli_replay as fleet_replay
+
+    fleet_replay.configure_parser(parser)
 
 
 def _settings(path: Path | None) -> EngineSettings:
@@ -111,6 +115,10 @@ def run(args: argparse.Namespace) -> int:
         for source, target, how in MAPPING_TABLE:
             sys.stdout.write(f"{source}\n    -> {target}: {how}\n")
         return EXIT_OK
+    if getattr(args, "fleet", False):
+        from fabricwatch.fleet import cli_replay as fleet_replay
+
+        return fleet_replay.run(args)
     try:
         settings = _settings(args.config)
         mapper = Mapper()

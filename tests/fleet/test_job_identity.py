@@ -12,9 +12,9 @@ from fabricwatch.collectors.gpu._jobs import (
     JobResolver,
     label_from_environ,
     pod_from_logs,
-    pod_owner,
     resolve_job,
 )
+from fabricwatch.jobkeys import pod_owner
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "jobs"
 

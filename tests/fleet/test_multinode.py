@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from fabricwatch.fleet.db import FleetDB
+from fabricwatch.fleet.replay import group_offline
 from fabricwatch.fleet.service import FleetAggregator
 from fabricwatch.fleet.sim import all_transitions, build_cluster, in_time_order
 from fabricwatch.fleet.simlive import Page, SimClock, publish_in_time, score, summary
@@ -29,6 +30,7 @@ from tests.fleet.conftest import (
     wait_for,
     webhook_alerting,
 )
+from tests.fleet.test_fleet_replay import view
 
 pytestmark = pytest.mark.integration
 
@@ -126,5 +128,9 @@ async def test_sixteen_nodes_one_page_per_fault_and_the_right_origin(
         job_incidents
     )
     assert 'fabricwatch_fleet_job_gpu_seconds_lost{cause="pfc_storm"' in metrics
+    # The same grouping offline (what fleet replay runs) gives the same job incidents
+    # as the live aggregator over MQTT.
+    offline = group_offline(events, agg.settings, cluster="prod")
+    assert view(offline.jobs()) == view([d for d in recorded if d["group"]["kind"] == "job"])
     # Every page came after the first stall, within the node detection plus settle.
     assert all(x.latency is not None and x.latency > 0 for x in scores), detail
