@@ -261,7 +261,10 @@ def prometheus_nodes(
 ) -> list[str]:
     """The nodes (values of ``node_label``, ports stripped) with samples in the range."""
     width_ms = max(1, round((end - start) * 1000))
-    query = f"count by ({node_label}) (count_over_time({selector(matchers)}[{width_ms}ms]))"
+    # Aggregated before any function: functions drop __name__ and several families
+    # of one node would collide. The subquery sees every step of the range.
+    inner = f"count by ({node_label}) ({selector(matchers)})"
+    query = f"max_over_time(({inner})[{width_ms}ms:60s])"
     data = prom_query(url, {"query": query, "time": f"{end:.3f}"}, timeout)
     if not isinstance(data, dict) or data.get("resultType") != "vector":
         msg = "Prometheus answered no vector for the node listing"
