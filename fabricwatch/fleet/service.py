@@ -58,6 +58,7 @@ from fabricwatch.outputs.outbox import (
     OutboxSender,
     RetryPolicy,
     TokenBucket,
+    iso,
     settle_pending,
 )
 from fabricwatch.outputs.settings import AlertingSettings, MqttSettings
@@ -205,6 +206,7 @@ class FleetAggregator:
         self._connected = asyncio.Event()
         self._subscribed: set[int] = set()
         self._pending_announce: dict[tuple[str, str], dict[str, Any]] = {}
+        self._pending_jobs: dict[tuple[str, str], dict[str, Any]] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._publishes: set[asyncio.Task[None]] = set()
         self._inflight = asyncio.Semaphore(_INFLIGHT)
@@ -543,6 +545,10 @@ class FleetAggregator:
         self.transition_counts[tr.kind] += 1
         self.ledger.apply(tr.doc, tr.at)
         self._pending_announce[(tr.cluster, tr.topic_id)] = tr.doc
+        if tr.doc.get("group", {}).get("kind") == "job":
+            self._pending_jobs[(tr.cluster, str(tr.doc["job"]))] = job_event(
+                tr.kind, tr.at, tr.doc, self.ledger.entries(cluster=tr.cluster, job=tr.doc["job"])
+            )
         log.info(
             f"cluster_incident_{tr.kind}",
             incident=tr.doc["key"],
@@ -588,6 +594,10 @@ class FleetAggregator:
             body = json.dumps(doc, separators=(",", ":")).encode()
             await client.publish(t.group(cluster, tid), body, qos=1, retain=True)
             del self._pending_announce[(cluster, tid)]
+        for (cluster, job), ev in list(self._pending_jobs.items()):
+            body = json.dumps(ev, separators=(",", ":")).encode()
+            await client.publish(t.job(cluster, job), body, qos=1, retain=True)
+            del self._pending_jobs[(cluster, job)]
         while self.grouper.clears:
             c = self.grouper.clears[0]
             for topic in t.member_topics(c.partition, c.member):
@@ -741,6 +751,25 @@ class FleetAggregator:
                 str(g.incident_key) for g in self.grouper.groups.values() if g.state == "open"
             ),
         }
+
+
+JOB_EVENT_SCHEMA = "fabricwatch.job-event/v1"
+
+
+def job_event(
+    transition: str, at: float, doc: Mapping[str, Any], ledger: Sequence[Mapping[str, Any]]
+) -> dict[str, Any]:
+    """The retained message on ``.../_fleet/<name>/jobs/<cluster>/<job>``: the job's
+    latest job incident (paged or covered) and its ledger entry."""
+    return {
+        "schema": JOB_EVENT_SCHEMA,
+        "type": f"job_incident.{transition}",
+        "timestamp": iso(at),
+        "cluster": doc.get("cluster"),
+        "job": doc.get("job"),
+        "incident": dict(doc),
+        "ledger": dict(ledger[0]) if ledger else None,
+    }
 
 
 def summarize_counts(counts: Mapping[tuple[str, str], int]) -> dict[str, int]:

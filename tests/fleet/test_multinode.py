@@ -10,10 +10,12 @@ page, one job incident per stalled job, the origin right and no victim named.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any
 
+import aiomqtt
 import pytest
 
 from fabricwatch.fleet.db import FleetDB
@@ -72,7 +74,18 @@ async def test_sixteen_nodes_one_page_per_fault_and_the_right_origin(
         wall=clock.now,
     )
     http = free_port()
+    job_events: dict[str, dict[str, Any]] = {}
+
+    async def follow_jobs() -> None:
+        # A consumer following jobs: the retained per-job topic.
+        async with aiomqtt.Client("127.0.0.1", mosquitto.port, identifier="job-follower") as c:
+            await c.subscribe(agg.topics.jobs_filter, qos=1)
+            async for msg in c.messages:
+                ev = json.loads(bytes(msg.payload))
+                job_events[ev["incident"]["key"]] = ev
+
     await agg.start(("127.0.0.1", http))
+    follower = asyncio.create_task(follow_jobs())
     try:
         assert await agg.wait_ready(10.0)
         sent = await publish_in_time(events, clock, port=mosquitto.port, cluster="prod")
@@ -89,7 +102,16 @@ async def test_sixteen_nodes_one_page_per_fault_and_the_right_origin(
         status, body = await http_get(f"http://127.0.0.1:{http}/api/v1/jobs?job=slurm:8800")
         job_incidents = json.loads(body)["incidents"]
         _, metrics = await http_get(f"http://127.0.0.1:{http}/metrics")
+        await wait_for(
+            lambda: (
+                set(job_events)
+                >= {d["key"] for d in agg.db.incidents(limit=10_000) if d["group"]["kind"] == "job"}
+            ),
+            10.0,
+            "a job event per job incident",
+        )
     finally:
+        follower.cancel()
         await agg.close()
     pages = []
     for r in receiver.ok():
@@ -132,5 +154,12 @@ async def test_sixteen_nodes_one_page_per_fault_and_the_right_origin(
     # as the live aggregator over MQTT.
     offline = group_offline(events, agg.settings, cluster="prod")
     assert view(offline.jobs()) == view([d for d in recorded if d["group"]["kind"] == "job"])
+    # Job events: the latest transition of every job incident, with the job's ledger.
+    for d in recorded:
+        if d["group"]["kind"] == "job":
+            ev = job_events[d["key"]]
+            assert ev["schema"] == "fabricwatch.job-event/v1" and ev["job"] == d["job"]
+            assert ev["type"] == "job_incident.resolved" and ev["ledger"]["job"] == d["job"]
+            assert ev["incident"]["origin"] == d["origin"]
     # Every page came after the first stall, within the node detection plus settle.
     assert all(x.latency is not None and x.latency > 0 for x in scores), detail
