@@ -37,6 +37,7 @@ _KIND = {
     "storage": "storage",
     "nvlink": "nvlink",
     "gpu": "gpu",
+    "node": "node",
 }
 
 JOB_LOST = MetricSpec(

@@ -33,6 +33,7 @@ from fabricwatch.engine.settings import EngineSettings
 from fabricwatch.fleet.grouper import Grouper, GroupTransition
 from fabricwatch.fleet.model import member_from_incident
 from fabricwatch.fleet.settings import FleetSettings
+from fabricwatch.fleet.stragglers import find_stragglers
 from fabricwatch.jobkeys import pod_owner
 from fabricwatch.outputs.mqtt import topic_segment
 
@@ -237,7 +238,12 @@ def replay_nodes(
             if job and not tr.incident.job:
                 tr = replace(tr, incident=replace(tr.incident, job=job))  # noqa: PLW2901
             events.append((node, tr))
-    return FleetReplay(results, group_offline(events, fleet, cluster=cluster))
+    grouped = group_offline(events, fleet, cluster=cluster)
+    slow = find_stragglers(samples_by_node, cluster=topic_segment(cluster))
+    docs = sorted(
+        (*grouped.incidents, *slow), key=lambda d: (float(d["onset_unix"]), str(d["key"]))
+    )
+    return FleetReplay(results, FleetResult(grouped.transitions, tuple(docs)))
 
 
 def samples_from_streams(streams: NodeStreams) -> dict[str, list[Sample]]:

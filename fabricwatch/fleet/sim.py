@@ -36,7 +36,7 @@ from fabricwatch.engine.scenarios import Injection, NodeSpec, Scenario, run_live
 from fabricwatch.engine.settings import EngineSettings
 from fabricwatch.readings import Reading
 
-FaultKind = Literal["port", "gpu", "nvlink", "storage", "link", "switch", "unknown"]
+FaultKind = Literal["port", "gpu", "nvlink", "storage", "link", "switch", "unknown", "straggler"]
 FAULT_KINDS: tuple[FaultKind, ...] = (
     "port",
     "gpu",
@@ -46,6 +46,7 @@ FAULT_KINDS: tuple[FaultKind, ...] = (
     "switch",
     "unknown",
 )
+"""The faults the live fleet names (``straggler`` needs the nodes' telemetry: fleet replay)."""
 _LOCAL: dict[str, tuple[str, int]] = {
     "port": ("pfc_storm", 1),  # NIC-side storm: the NIC sends the pauses
     "gpu": ("gpu_fault", 0),
@@ -53,6 +54,8 @@ _LOCAL: dict[str, tuple[str, int]] = {
     "storage": ("storage_latency", 1),
     "link": ("link_down", 0),
     "unknown": ("unknown", 0),
+    # A fail-slow node: it keeps working, at a lower level, and never waits.
+    "straggler": ("eval_phase", 0),
 }
 _CAUSE = {
     "port": "pfc_storm",
@@ -62,6 +65,7 @@ _CAUSE = {
     "link": "link_down",
     "switch": "pfc_storm",
     "unknown": "unknown",
+    "straggler": "straggler",
 }
 Steps = Iterator[tuple[float, list[tuple[str, list[Reading]]]]]
 
@@ -245,6 +249,12 @@ def plan(cluster: Cluster) -> list[NodePlan]:
         hit_names = {n.name for n in hit}
         for n in cluster.nodes:
             if n.job in stalled_jobs and n.name not in hit_names:
+                if f.kind == "straggler":
+                    # The others wait for it at every iteration: short periodic idle.
+                    plans[n.name].injections.append(
+                        Injection("straggler", f.start, f.duration, f.magnitude)
+                    )
+                    continue
                 lag = rng.choice((0.0, 1.0, 1.0, 2.0))
                 plans[n.name].injections.append(
                     Injection("unknown", f.start + lag, f.duration - lag)
