@@ -150,6 +150,7 @@ class Grouper:
         """Announcements of peers this replica took over (drained by the service)."""
         self.clear_groups: list[tuple[str, str]] = []
         self._links: dict[tuple[str, str], list[_Linked]] | None = None
+        self._covers: dict[tuple[str, str], dict[str, int]] | None = None
 
     # -- ownership -------------------------------------------------------------
 
@@ -281,6 +282,7 @@ class Grouper:
         s = self.settings
         out: list[GroupTransition] = []
         self._links = None  # members and announcements changed since the last tick
+        self._covers = None
         self._adopt_orphans(now)
         for (cluster, tid), g in list(self.groups.items()):
             if not self.warm(g.partition, now):
@@ -461,23 +463,32 @@ class Grouper:
     def _waiting_by_job(self, g: Group) -> dict[str, int]:
         """Nodes of each job that waited on this shared-culprit group (from the job
         incidents it covers, local or announced)."""
-        gk = str(g.key)
-        out: dict[str, int] = {}
+        return dict(self._cover_index().get((g.cluster, str(g.key)), {}))
+
+    def _cover_index(self) -> dict[tuple[str, str], dict[str, int]]:
+        """(cluster, covering group key) -> job -> waiting nodes; built once per tick
+        (every open shared-culprit group asks, every tick)."""
+        if self._covers is not None:
+            return self._covers
+        idx: dict[tuple[str, str], dict[str, int]] = {}
         for jg in self.groups.values():
-            if jg.cluster == g.cluster and jg.key.kind == "job" and jg.covered_by == gk and jg.doc:
-                out[jg.key.name] = int(jg.doc.get("waiting_count") or 0)
+            if jg.key.kind == "job" and jg.covered_by and jg.doc:
+                idx.setdefault((jg.cluster, jg.covered_by), {})[jg.key.name] = int(
+                    jg.doc.get("waiting_count") or 0
+                )
         for (cluster, tid), doc in self.announced.items():
             cover = doc.get("covered_by")
             if (
-                cluster == g.cluster
+                isinstance(cover, dict)
                 and (cluster, tid) not in self.groups
-                and isinstance(cover, dict)
-                and cover.get("group") == gk
                 and doc.get("state") == "open"
             ):
-                job = str(doc.get("job") or "")
-                out[job] = int(doc.get("waiting_count") or 0)
-        return out
+                key = (cluster, str(cover.get("group") or ""))
+                idx.setdefault(key, {})[str(doc.get("job") or "")] = int(
+                    doc.get("waiting_count") or 0
+                )
+        self._covers = idx
+        return idx
 
     def _group_incident(self, cluster: str, key: str) -> str:
         for og in self.groups.values():

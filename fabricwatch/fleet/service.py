@@ -206,7 +206,7 @@ class FleetAggregator:
         self._connected = asyncio.Event()
         self._subscribed: set[int] = set()
         self._pending_announce: dict[tuple[str, str], dict[str, Any]] = {}
-        self._pending_jobs: dict[tuple[str, str], dict[str, Any]] = {}
+        self._pending_jobs: list[tuple[str, str, dict[str, Any]]] = []
         self._tasks: list[asyncio.Task[None]] = []
         self._publishes: set[asyncio.Task[None]] = set()
         self._inflight = asyncio.Semaphore(_INFLIGHT)
@@ -546,9 +546,9 @@ class FleetAggregator:
         self.ledger.apply(tr.doc, tr.at)
         self._pending_announce[(tr.cluster, tr.topic_id)] = tr.doc
         if tr.doc.get("group", {}).get("kind") == "job":
-            self._pending_jobs[(tr.cluster, str(tr.doc["job"]))] = job_event(
-                tr.kind, tr.at, tr.doc, self.ledger.entries(cluster=tr.cluster, job=tr.doc["job"])
-            )
+            job = str(tr.doc["job"])
+            entries = self.ledger.entries(cluster=tr.cluster, job=job)
+            self._pending_jobs.append((tr.cluster, job, job_event(tr.kind, tr.at, tr.doc, entries)))
         log.info(
             f"cluster_incident_{tr.kind}",
             incident=tr.doc["key"],
@@ -594,10 +594,13 @@ class FleetAggregator:
             body = json.dumps(doc, separators=(",", ":")).encode()
             await client.publish(t.group(cluster, tid), body, qos=1, retain=True)
             del self._pending_announce[(cluster, tid)]
-        for (cluster, job), ev in list(self._pending_jobs.items()):
+        # In order, every transition: a follower sees each one, the retained message
+        # is the latest.
+        while self._pending_jobs:
+            cluster, job, ev = self._pending_jobs[0]
             body = json.dumps(ev, separators=(",", ":")).encode()
             await client.publish(t.job(cluster, job), body, qos=1, retain=True)
-            del self._pending_jobs[(cluster, job)]
+            self._pending_jobs.pop(0)
         while self.grouper.clears:
             c = self.grouper.clears[0]
             for topic in t.member_topics(c.partition, c.member):

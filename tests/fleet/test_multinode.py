@@ -103,9 +103,10 @@ async def test_sixteen_nodes_one_page_per_fault_and_the_right_origin(
         job_incidents = json.loads(body)["incidents"]
         _, metrics = await http_get(f"http://127.0.0.1:{http}/metrics")
         await wait_for(
-            lambda: (
-                set(job_events)
-                >= {d["key"] for d in agg.db.incidents(limit=10_000) if d["group"]["kind"] == "job"}
+            lambda: all(
+                job_events.get(d["key"], {}).get("incident", {}).get("revision") == d["revision"]
+                for d in agg.db.incidents(limit=10_000)
+                if d["group"]["kind"] == "job"
             ),
             10.0,
             "a job event per job incident",

@@ -43,6 +43,13 @@ def test_both_are_registered_and_off_by_default() -> None:
 # -- NCCL Inspector --------------------------------------------------------------
 
 
+def fresh_copy(dump: Path) -> None:
+    """The recordings as a job writing them now (their files' times are the commit's)."""
+    shutil.copytree(DATA, dump)
+    for p in dump.iterdir():
+        os.utime(p, None)
+
+
 def test_inspector_dump_parses_and_merges_its_three_families() -> None:
     path = next(DATA.glob("nccl_inspector_metrics_GPU-3c*.prom"))
     samples = parse_inspector(path.read_text().splitlines(), source=str(path))
@@ -62,7 +69,7 @@ async def test_inspector_collector_latest_collective_of_the_job_communicator(
     tmp_path: Path,
 ) -> None:
     dump = tmp_path / "dump"
-    shutil.copytree(DATA, dump)
+    fresh_copy(dump)
     (dump / "inspector_garbage.prom").rename(dump / "nccl_inspector_metrics_GPU-bad.prom")
     settings = build(InspectorSettings, {"dump_dir": str(dump)}, prefix="collectors.nccl_inspector")
     c = InspectorCollector(settings, CollectorEnv(node="n", wall=time.time))
@@ -87,7 +94,7 @@ async def test_inspector_collector_latest_collective_of_the_job_communicator(
     shutil.rmtree(dump)
     v = values(await c.collect())
     assert v[("fabricwatch_nccl_inspector_files", ("ok",))] == 0.0
-    shutil.copytree(DATA, dump)
+    fresh_copy(dump)
     assert values(await c.collect())[("fabricwatch_nccl_inspector_files", ("ok",))] == 2.0
     await c.close()
 
