@@ -11,6 +11,8 @@ from __future__ import annotations
 from fabricwatch.collector import CollectorFactory, Registry
 from fabricwatch.collectors.gnmi import FACTORY as GNMI
 from fabricwatch.collectors.gpu import FACTORY as GPU
+from fabricwatch.collectors.nccl_inspector import FACTORY as NCCL_INSPECTOR
+from fabricwatch.collectors.nccl_ras import FACTORY as NCCL_RAS
 from fabricwatch.collectors.nic import FACTORY as NIC
 from fabricwatch.collectors.storage import FACTORY as STORAGE
 from fabricwatch.collectors.switch import FACTORY as SWITCH
@@ -19,4 +21,5 @@ from fabricwatch.collectors.switch import FACTORY as SWITCH
 def builtin_registry() -> Registry:
     """A fresh name -> factory mapping of every built-in collector."""
     factories: list[CollectorFactory[object]] = [GPU, NIC, STORAGE, SWITCH, GNMI]  # type: ignore[type-var,list-item]
+    factories += [NCCL_INSPECTOR, NCCL_RAS]  # type: ignore[list-item]
     return {f.name: f for f in factories}

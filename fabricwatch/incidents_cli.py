@@ -12,6 +12,7 @@ import argparse
 from fabricwatch.engine import cli_incidents
 from fabricwatch.engine._cli_common import EXIT_FAILURE, err
 from fabricwatch.errors import StoreError
+from fabricwatch.fleet import cli_jobs
 from fabricwatch.outputs import cli_deliveries
 
 
@@ -24,6 +25,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         help="list alert deliveries (pending, delivered, dead-lettered) instead of incidents",
     )
     cli_deliveries.configure_parser(parser)
+    cli_jobs.configure_parser(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -37,4 +39,6 @@ def run(args: argparse.Namespace) -> int:
             err(str(exc))
             return EXIT_FAILURE
         return cli_deliveries.run(args)
+    if args.by == "job":
+        return cli_jobs.run(args)
     return cli_incidents.run(args)

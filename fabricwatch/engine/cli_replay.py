@@ -86,6 +86,10 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         help="name node_ethtool devices by their RDMA port, as the live collector does "
         "(repeatable; fabricwatch_nic_info series in the input do it automatically)",
     )
+    # Imported here: the fleet replay module imports this one.
+    from fabricwatch.fleet import cli_replay as fleet_replay
+
+    fleet_replay.configure_parser(parser)
 
 
 def _settings(path: Path | None) -> EngineSettings:
@@ -173,6 +177,10 @@ def run(args: argparse.Namespace) -> int:
         for source, target, how in MAPPING_TABLE:
             sys.stdout.write(f"{source}\n    -> {target}: {how}\n")
         return EXIT_OK
+    if getattr(args, "fleet", False):
+        from fabricwatch.fleet import cli_replay as fleet_replay
+
+        return fleet_replay.run(args)
     try:
         settings = _settings(getattr(args, "config", None))
         mapper = Mapper(parse_nic_map(args.nic_map))

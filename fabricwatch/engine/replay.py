@@ -973,6 +973,11 @@ def _prom_get(url: str, params: dict[str, str], timeout: float) -> Any:
     return doc.get("data")
 
 
+def prom_query(url: str, params: dict[str, str], timeout: float) -> Any:
+    """One instant query (``/api/v1/query``): its ``data``; :class:`ReplayError` on failure."""
+    return _prom_get(url, params, timeout)
+
+
 def selector(matchers: Sequence[str]) -> str:
     """``["node=a", "job=~dcgm.*"]`` -> ``{__name__=~"...",node="a",job=~"dcgm.*"}``."""
     parts = [f'__name__=~"{SOURCE_NAME_REGEX}"']

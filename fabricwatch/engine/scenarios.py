@@ -795,14 +795,18 @@ def run_live(
     *,
     node: str = "node1",
     db: IncidentDB | None = None,
+    steps: Iterable[tuple[float, list[tuple[str, list[Reading]]]]] | None = None,
 ) -> list[IncidentTransition]:
-    """Feed a scenario through a snapshot store into an engine, as the daemon would."""
+    """Feed a scenario through a snapshot store into an engine, as the daemon would.
+
+    ``steps`` replaces ``scenario.steps()`` (a multi-node harness rewrites them:
+    the job's key, symptoms spread from other nodes)."""
     settings = settings or EngineSettings()
     store = new_store()
     engine = Engine(settings, store, node, db)
     out: list[IncidentTransition] = []
     last_expire = -math.inf
-    for t, batches in scenario.steps():
+    for t, batches in scenario.steps() if steps is None else steps:
         for coll, readings in batches:
             store.ingest(coll, readings, now=t)
         if t - last_expire >= 60:

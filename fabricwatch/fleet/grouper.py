@@ -19,12 +19,24 @@ is passed in, no I/O happens here; the service does MQTT, SQLite and outputs.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from fabricwatch.engine.incidents import CAUSE_TEXT, TransitionKind, gpu_list
+from fabricwatch.fleet.jobs import (
+    INFRA_KINDS,
+    Candidate,
+    Verdict,
+    candidate,
+    candidate_from_doc,
+    job_summary,
+    jobs_text,
+    origin_json,
+    rank,
+)
 from fabricwatch.fleet.model import (
     GroupKey,
     Member,
@@ -82,6 +94,23 @@ class Group:
     signature: tuple[Any, ...] = ()
     ended_since: float | None = None
     doc: dict[str, Any] = field(default_factory=dict)
+    paged: bool = True
+    """False for a job incident whose origin is in a shared-culprit group: that
+    group's page is the page; this one is recorded and announced only."""
+    covered_by: str = ""
+    """The grouping key of that shared-culprit group."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Linked:
+    """A job's member in a shared-culprit group, with when it ended (inf: open)."""
+
+    candidate: Candidate
+    end: float
+
+
+def _with_end(c: Candidate, end: float | None) -> _Linked:
+    return _Linked(c, math.inf if end is None else end)
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +149,8 @@ class Grouper:
         self.adopted: list[dict[str, Any]] = []
         """Announcements of peers this replica took over (drained by the service)."""
         self.clear_groups: list[tuple[str, str]] = []
+        self._links: dict[tuple[str, str], list[_Linked]] | None = None
+        self._covers: dict[tuple[str, str], dict[str, int]] | None = None
 
     # -- ownership -------------------------------------------------------------
 
@@ -250,6 +281,8 @@ class Grouper:
         """Advance every owned, warm group; return the transitions to record and send."""
         s = self.settings
         out: list[GroupTransition] = []
+        self._links = None  # members and announcements changed since the last tick
+        self._covers = None
         self._adopt_orphans(now)
         for (cluster, tid), g in list(self.groups.items()):
             if not self.warm(g.partition, now):
@@ -289,6 +322,9 @@ class Grouper:
         g.revision = int(doc.get("revision", 0))
         g.last_sent = now
         g.signature = tuple(doc.get("signature") or ())
+        g.paged = doc.get("paged") is not False
+        cover = doc.get("covered_by")
+        g.covered_by = str(cover.get("group") or "") if isinstance(cover, dict) else ""
         g.doc = dict(doc)
         self.adopted.append(g.doc)
 
@@ -310,11 +346,25 @@ class Grouper:
         if now - g.first_seen < s.settle:
             return
         g.onset = min(t.member.onset for t in opened)
+        verdict = self._job_verdict(g, now) if g.key.kind == "job" else None
+        if (
+            verdict is not None
+            and verdict.origin is None
+            and now - g.first_seen < s.settle + s.job_link_wait
+        ):
+            return  # no evidence yet: a shared-culprit group (any replica's) may announce it
         self._prune_non_overlapping(g, now)
         g.onset = min(t.member.onset for t in g.members.values())
         g.incident_key = cluster_incident_key(g.cluster, g.key, g.onset)
         g.state = "open"
         g.opened_at = now
+        if (
+            verdict is not None
+            and verdict.origin is not None
+            and verdict.origin.group != str(g.key)
+        ):
+            g.paged = False
+            g.covered_by = verdict.origin.group
         out.append(self._transition(g, "opened", now))
 
     def _prune_non_overlapping(self, g: Group, now: float) -> None:
@@ -352,7 +402,103 @@ class Grouper:
         nodes = {(t.member.node) for t in g.members.values()}
         offline = {t.member.node for t in g.members.values() if self._offline(t)}
         ended = sum(1 for t in g.members.values() if self._ended(t, now) is not None)
-        return (len(nodes), _gpu_count(g), len(offline), _cause(g)[0], ended)
+        if g.key.kind == "job":
+            v = self._job_verdict(g, now)
+            origin = v.origin.node if v.origin is not None else ""
+            cause = v.origin.cause if v.origin is not None else "unknown"
+            return (len(nodes), _gpu_count(g), len(offline), cause, ended, origin)
+        base = (len(nodes), _gpu_count(g), len(offline), _cause(g)[0], ended)
+        if g.key.kind in INFRA_KINDS:
+            return (*base, tuple(sorted(self._waiting_by_job(g).items())))
+        return base
+
+    # -- jobs --------------------------------------------------------------------
+
+    def _link_index(self, now: float) -> dict[tuple[str, str], list[_Linked]]:
+        """(cluster, job) -> the job's members in shared-culprit groups, local
+        (owned here) or announced by any replica; built once per tick."""
+        if self._links is not None:
+            return self._links
+        idx: dict[tuple[str, str], list[_Linked]] = {}
+        for og in self.groups.values():
+            if og.key.kind not in INFRA_KINDS:
+                continue
+            for t in og.members.values():
+                if t.member.job:
+                    c = candidate(t.member, str(og.key), og.incident_key)
+                    idx.setdefault((og.cluster, t.member.job), []).append(
+                        _with_end(c, t.member.resolved_at if t.member.state == "resolved" else None)
+                    )
+        for (cluster, tid), doc in self.announced.items():
+            gk = doc.get("group") or {}
+            if (cluster, tid) in self.groups or gk.get("kind") not in INFRA_KINDS:
+                continue
+            name = f"{gk.get('kind')}:{gk.get('name')}"
+            for e in doc.get("members") or []:
+                if isinstance(e, dict) and e.get("job"):
+                    c = candidate_from_doc(e, name, str(doc.get("key") or ""))
+                    end = doc.get("resolved_unix") if e.get("state") == "resolved" else None
+                    idx.setdefault((cluster, str(e["job"])), []).append(
+                        _with_end(c, float(end) if isinstance(end, int | float) else None)
+                    )
+        self._links = idx
+        return idx
+
+    def _job_candidates(self, g: Group, now: float) -> list[Candidate]:
+        gk = str(g.key)
+        own = [candidate(t.member, gk, g.incident_key) for t in g.members.values()]
+        if not own:
+            return own
+        w = self.settings.job_origin_window
+        lo = min(c.onset for c in own) - w
+        hi = max(c.onset for c in own) + w
+        linked = self._link_index(now).get((g.cluster, g.key.name), [])
+        # The same episode: the shared-culprit member began within the window of the
+        # job's stalls and had not ended before them.
+        return own + [c.candidate for c in linked if lo <= c.candidate.onset <= hi and c.end >= lo]
+
+    def _job_verdict(self, g: Group, now: float) -> Verdict:
+        return rank(self._job_candidates(g, now))
+
+    def _waiting_by_job(self, g: Group) -> dict[str, int]:
+        """Nodes of each job that waited on this shared-culprit group (from the job
+        incidents it covers, local or announced)."""
+        return dict(self._cover_index().get((g.cluster, str(g.key)), {}))
+
+    def _cover_index(self) -> dict[tuple[str, str], dict[str, int]]:
+        """(cluster, covering group key) -> job -> waiting nodes; built once per tick
+        (every open shared-culprit group asks, every tick)."""
+        if self._covers is not None:
+            return self._covers
+        idx: dict[tuple[str, str], dict[str, int]] = {}
+        for jg in self.groups.values():
+            if jg.key.kind == "job" and jg.covered_by and jg.doc:
+                idx.setdefault((jg.cluster, jg.covered_by), {})[jg.key.name] = int(
+                    jg.doc.get("waiting_count") or 0
+                )
+        for (cluster, tid), doc in self.announced.items():
+            cover = doc.get("covered_by")
+            if (
+                isinstance(cover, dict)
+                and (cluster, tid) not in self.groups
+                and doc.get("state") == "open"
+            ):
+                key = (cluster, str(cover.get("group") or ""))
+                idx.setdefault(key, {})[str(doc.get("job") or "")] = int(
+                    doc.get("waiting_count") or 0
+                )
+        self._covers = idx
+        return idx
+
+    def _group_incident(self, cluster: str, key: str) -> str:
+        for og in self.groups.values():
+            if og.cluster == cluster and str(og.key) == key:
+                return og.incident_key
+        for (c, _tid), doc in self.announced.items():
+            gk = doc.get("group") or {}
+            if c == cluster and f"{gk.get('kind')}:{gk.get('name')}" == key:
+                return str(doc.get("key") or "")
+        return ""
 
     def _offline(self, t: Tracked) -> bool:
         st = self.nodes.get((t.member.cluster, t.member.node))
@@ -365,6 +511,7 @@ class Grouper:
         g.signature = self._signature(g, now)
         g.doc = self.render(g, now)
         g.doc["transition"] = kind
+        g.doc["paged"] = g.paged
         return GroupTransition(kind, now, g.cluster, g.topic_id, g.partition, g.doc)
 
     # -- rendering -------------------------------------------------------------
@@ -406,6 +553,59 @@ class Grouper:
         for name in node_names:
             causes = {t.member.cause for t in members if t.member.node_name == name}
             by_cause.update(causes)
+        jobs = sorted({t.member.job for t in members if t.member.job})
+        job_fields: dict[str, Any] = {}
+        culprit: dict[str, Any] = {"key": str(g.key), "kind": g.key.kind, "labels": labels}
+        if g.key.kind == "job":
+            verdict = self._job_verdict(g, now)
+            origin_nodes = verdict.culprit_nodes
+            waiting = [n for n in node_names if n not in origin_nodes]
+            all_nodes = sorted(set(node_names) | origin_nodes)
+            seconds = max(0.0, (ended or now) - g.onset)
+            paged_as = ""
+            cover = None
+            if g.covered_by:
+                paged_as = g.covered_by.replace(":", " ", 1)
+                cover = {
+                    "group": g.covered_by,
+                    "key": self._group_incident(g.cluster, g.covered_by),
+                }
+            summary = job_summary(
+                job=g.key.name,
+                nodes=len(all_nodes),
+                seconds=seconds,
+                kind=kind,
+                verdict=verdict,
+                waiting=len(waiting),
+                paged_as=paged_as,
+            )
+            summary += f"; {gpu_seconds:,.0f} GPU-seconds lost"
+            if cost is not None:
+                summary += f" ({cost:,.2f} cost)"
+            if verdict.origin is not None:
+                cause, confidence = verdict.origin.cause, round(verdict.origin.confidence, 3)
+                labels["origin"] = verdict.origin.node
+            else:
+                cause, confidence = "unknown", 0.0
+            jobs = [g.key.name]
+            job_fields = {
+                "origin": origin_json(verdict.origin),
+                "also": [origin_json(c) for c in verdict.also],
+                "waiting": waiting,
+                "waiting_count": len(waiting),
+                "first_stalled": [c.node for c in verdict.first],
+                "covered_by": cover,
+                "job_nodes": all_nodes,
+            }
+        elif g.key.kind in INFRA_KINDS:
+            verdict = rank(candidate(t.member, str(g.key), g.incident_key) for t in members)
+            waiting_by_job = self._waiting_by_job(g)
+            if jobs:
+                summary += "; " + jobs_text(waiting_by_job, jobs)
+            job_fields = {
+                "origin": origin_json(verdict.origin),
+                "jobs_waiting": dict(sorted(waiting_by_job.items())),
+            }
         return {
             "schema": CLUSTER_SCHEMA,
             "key": g.incident_key,
@@ -418,7 +618,7 @@ class Grouper:
             "state": "resolved" if resolved else "open",
             "cause": cause,
             "confidence": confidence,
-            "culprit": {"key": str(g.key), "kind": g.key.kind, "labels": labels},
+            "culprit": culprit,
             "summary": summary,
             "onset": iso(g.onset),
             "onset_unix": round(g.onset, 3),
@@ -436,8 +636,8 @@ class Grouper:
             "nodes_by_cause": dict(sorted(by_cause.items())),
             "gpu_count": n_gpus,
             "gpus": [f"{name}:{gpu_list(gpus)}" for name, gpus in _gpus_by_node(members).items()],
-            "jobs": sorted({t.member.job for t in members if t.member.job}),
-            "job": _top_job(members),
+            "jobs": jobs,
+            "job": g.key.name if g.key.kind == "job" else _top_job(members),
             "gpu_seconds_lost": round(gpu_seconds, 3),
             "cost_lost": None if cost is None else round(cost, 4),
             "episodes": 1,
@@ -451,7 +651,12 @@ class Grouper:
                     "state": t.member.state,
                     "online": not self._offline(t),
                     "cause": t.member.cause,
+                    "confidence": round(t.member.confidence, 3),
                     "culprit": t.member.culprit_key,
+                    "culprit_kind": t.member.culprit_kind,
+                    "evidence": next(
+                        (e.text for e in t.member.evidence if e.cause == t.member.cause), ""
+                    ),
                     "gpus": list(t.member.gpus),
                     "job": t.member.job or None,
                     "onset_unix": round(t.member.onset, 3),
@@ -461,6 +666,7 @@ class Grouper:
             ],
             "signature": list(g.signature),
             "revision": g.revision,
+            **job_fields,
         }
 
 

@@ -436,6 +436,16 @@ class FleetTopics:
         """Retained announcement of a group's latest cluster incident."""
         return f"{self.base}/groups/{cluster}/{topic_id}"
 
+    def job(self, cluster: str, job: str) -> str:
+        """Retained latest job incident of one job, with its ledger entry
+        (``fabricwatch.job-event/v1``), for consumers following jobs."""
+        return f"{self.base}/jobs/{cluster}/{topic_segment(job)}"
+
+    @property
+    def jobs_filter(self) -> str:
+        """Every job's event topic."""
+        return f"{self.base}/jobs/#"
+
     @property
     def groups_filter(self) -> str:
         """Every group announcement."""

@@ -39,6 +39,7 @@ from fabricwatch.config import read_secret
 from fabricwatch.errors import FabricwatchError, ParseError, StoreError
 from fabricwatch.fleet.db import FleetDB
 from fabricwatch.fleet.grouper import Grouper, GroupTransition
+from fabricwatch.fleet.ledger import LEDGER_METRICS, Ledger
 from fabricwatch.fleet.model import (
     FleetTopics,
     member_from_json,
@@ -57,6 +58,7 @@ from fabricwatch.outputs.outbox import (
     OutboxSender,
     RetryPolicy,
     TokenBucket,
+    iso,
     settle_pending,
 )
 from fabricwatch.outputs.settings import AlertingSettings, MqttSettings
@@ -188,8 +190,12 @@ class FleetAggregator:
             monotonic=monotonic,
         )
         self._routers: dict[str, Router] = {}
-        self.store = SnapshotStore(history=2, stale_after=3600.0)
+        # Every tick re-ingests every live series: one not refreshed for a few ticks
+        # is gone (a resolved cause, an expired job), not left at its last value.
+        self.store = SnapshotStore(history=2, stale_after=max(10.0, 20 * fleet.tick))
         self.store.register("fleet", FLEET_METRICS)
+        self.store.register("ledger", LEDGER_METRICS)
+        self.ledger = Ledger(job_expiry=fleet.job_expiry, cost_per_gpu_hour=fleet.cost_per_gpu_hour)
         self.store.register("alerting", ALERT_METRICS)
         self.counts: Counter[tuple[str, str]] = Counter()
         self.transition_counts: Counter[str] = Counter()
@@ -200,6 +206,7 @@ class FleetAggregator:
         self._connected = asyncio.Event()
         self._subscribed: set[int] = set()
         self._pending_announce: dict[tuple[str, str], dict[str, Any]] = {}
+        self._pending_jobs: list[tuple[str, str, dict[str, Any]]] = []
         self._tasks: list[asyncio.Task[None]] = []
         self._publishes: set[asyncio.Task[None]] = set()
         self._inflight = asyncio.Semaphore(_INFLIGHT)
@@ -224,6 +231,7 @@ class FleetAggregator:
                 WebRoute("/api/v1/incidents", self._api_incidents, "cluster incidents (JSON)"),
                 WebRoute("/api/v1/nodes", self._api_nodes, "node status (JSON)"),
                 WebRoute("/api/v1/replicas", self._api_replicas, "replicas and partitions (JSON)"),
+                WebRoute("/api/v1/jobs", self._api_jobs, "per-job ledger of lost GPU-hours (JSON)"),
             ]
             self.web = WebServer(registry, self.ready, self._web_config, routes)
             await self.web.start(*listen)
@@ -431,6 +439,7 @@ class FleetAggregator:
                 raise ParseError(f"bad announcement: {exc}", source=topic) from None
             self.grouper.on_announcement(rest[1], rest[2], doc)
             self.db.remember(doc)
+            self.ledger.apply(doc, self._wall())
             self._count("group", "accepted")
         elif rest[0] == "p":
             if not payload:
@@ -524,11 +533,22 @@ class FleetAggregator:
 
     def _record(self, tr: GroupTransition) -> None:
         router = self._router(tr.cluster)
+        # A job incident covered by a switch/storage/NVLink incident is recorded and
+        # announced, not paged: that incident's page is the one page for the fault.
+        paged = tr.doc.get("paged") is not False
         self.db.record(
-            tr.kind, tr.at, tr.doc, lambda conn: router.route(conn, tr.kind, tr.at, tr.doc)
+            tr.kind,
+            tr.at,
+            tr.doc,
+            (lambda conn: router.route(conn, tr.kind, tr.at, tr.doc)) if paged else None,
         )
         self.transition_counts[tr.kind] += 1
+        self.ledger.apply(tr.doc, tr.at)
         self._pending_announce[(tr.cluster, tr.topic_id)] = tr.doc
+        if tr.doc.get("group", {}).get("kind") == "job":
+            job = str(tr.doc["job"])
+            entries = self.ledger.entries(cluster=tr.cluster, job=job)
+            self._pending_jobs.append((tr.cluster, job, job_event(tr.kind, tr.at, tr.doc, entries)))
         log.info(
             f"cluster_incident_{tr.kind}",
             incident=tr.doc["key"],
@@ -552,6 +572,8 @@ class FleetAggregator:
         peer = str(doc.get("owner", "?"))
 
         def told(conn: sqlite3.Connection) -> None:
+            if doc.get("paged") is False:
+                return
             router.route(conn, transition, now, doc)
             settle_pending(
                 conn,
@@ -572,6 +594,13 @@ class FleetAggregator:
             body = json.dumps(doc, separators=(",", ":")).encode()
             await client.publish(t.group(cluster, tid), body, qos=1, retain=True)
             del self._pending_announce[(cluster, tid)]
+        # In order, every transition: a follower sees each one, the retained message
+        # is the latest.
+        while self._pending_jobs:
+            cluster, job, ev = self._pending_jobs[0]
+            body = json.dumps(ev, separators=(",", ":")).encode()
+            await client.publish(t.job(cluster, job), body, qos=1, retain=True)
+            self._pending_jobs.pop(0)
         while self.grouper.clears:
             c = self.grouper.clears[0]
             for topic in t.member_topics(c.partition, c.member):
@@ -661,6 +690,8 @@ class FleetAggregator:
         alert.append(Reading(MQTT_CONNECTED.name, (), 1.0 if self._connected.is_set() else 0.0))
         alert.append(Reading(MQTT_CONNECTS.name, (), float(self.connects)))
         self.store.ingest("alerting", alert, now)
+        self.ledger.expire(self._wall())
+        self.store.ingest("ledger", self.ledger.readings(), now)
         self.store.expire(now)
 
     async def _api_incidents(self, request: web.Request) -> web.Response:
@@ -682,6 +713,24 @@ class FleetAggregator:
                 "incidents": docs,
             }
         )
+
+    async def _api_jobs(self, request: web.Request) -> web.Response:
+        """``GET /api/v1/jobs?cluster=prod&job=slurm:8812``: the job ledger; with ``job``,
+        that job's job incidents too (origin, cause, waiting nodes)."""
+        q = request.query
+        job = q.get("job")
+        entries = self.ledger.entries(cluster=q.get("cluster"), job=job)
+        body: dict[str, Any] = {
+            "schema": "fabricwatch.job-ledgers/v1",
+            "replica": self.replica,
+            "jobs": entries,
+        }
+        if job is not None:
+            docs = self.db.incidents(cluster=q.get("cluster"), limit=10_000)
+            body["incidents"] = [
+                d for d in docs if d.get("group", {}).get("kind") == "job" and d.get("job") == job
+            ]
+        return web.json_response(body)
 
     async def _api_nodes(self, _request: web.Request) -> web.Response:
         nodes = [
@@ -705,6 +754,25 @@ class FleetAggregator:
                 str(g.incident_key) for g in self.grouper.groups.values() if g.state == "open"
             ),
         }
+
+
+JOB_EVENT_SCHEMA = "fabricwatch.job-event/v1"
+
+
+def job_event(
+    transition: str, at: float, doc: Mapping[str, Any], ledger: Sequence[Mapping[str, Any]]
+) -> dict[str, Any]:
+    """The retained message on ``.../_fleet/<name>/jobs/<cluster>/<job>``: the job's
+    latest job incident (paged or covered) and its ledger entry."""
+    return {
+        "schema": JOB_EVENT_SCHEMA,
+        "type": f"job_incident.{transition}",
+        "timestamp": iso(at),
+        "cluster": doc.get("cluster"),
+        "job": doc.get("job"),
+        "incident": dict(doc),
+        "ledger": dict(ledger[0]) if ledger else None,
+    }
 
 
 def summarize_counts(counts: Mapping[tuple[str, str], int]) -> dict[str, int]:

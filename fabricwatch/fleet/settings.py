@@ -76,6 +76,25 @@ class FleetSettings:
         max=600.0,
         duration=True,
     )
+    job_link_wait: float = option(
+        2.0,
+        "A job incident with no node evidence waits this long after `settle` for a "
+        "switch/storage/NVLink group (any replica's) holding its origin, so one fault pages "
+        "once; then it pages as `unknown` with the nodes that stalled first.",
+        min=0.0,
+        max=600.0,
+        duration=True,
+    )
+    job_origin_window: float = option(
+        60.0,
+        "A node incident of a job in a switch/storage/NVLink group counts as the job "
+        "incident's origin only if it started within this long of the job's stalls (the "
+        "origin stalls first; an older fault is another episode). At least the sample "
+        "spacing of the slowest node.",
+        min=1.0,
+        max=3600.0,
+        duration=True,
+    )
     join_window: float = option(
         300.0,
         "A node incident joins an open group of its culprit when their times overlap; a "
@@ -119,6 +138,20 @@ class FleetSettings:
         min=1.0,
         max=30 * 86400.0,
         duration=True,
+    )
+    job_expiry: float = option(
+        3600.0,
+        "The ledger's per-job series of a job with no open incident expire this long after "
+        "its last one (the fleet learns that a job ended only from its silence).",
+        min=1.0,
+        max=30 * 86400.0,
+        duration=True,
+    )
+    cost_per_gpu_hour: float = option(
+        0.0,
+        "Price of one GPU-hour: the job ledger adds money lost (0: GPU-seconds only).",
+        min=0.0,
+        max=1e6,
     )
     tick: float = option(0.2, "Grouping tick in seconds.", min=0.01, max=60.0, duration=True)
     max_message_bytes: int = option(

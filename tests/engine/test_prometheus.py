@@ -9,6 +9,7 @@ import subprocess
 import time
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -50,6 +51,12 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             rename=exporter_names,
             extra_labels={"node": "n1", "job": "fabricwatch"},
         )
+    yield from serve(base, om)
+
+
+def serve(base: Path, om: Path) -> Iterator[str]:
+    """Backfill an OpenMetrics file with promtool and serve it with a real Prometheus;
+    yields its URL (also used by the fleet replay tests)."""
     tsdb = base / "tsdb"
     subprocess.run(
         ["promtool", "tsdb", "create-blocks-from", "openmetrics", str(om), str(tsdb)],

@@ -1,0 +1,84 @@
+"""``fabricwatch incidents --by job``: the per-job ledger of lost GPU-hours.
+
+Reads the node daemon's incidents (``<state-dir>/incidents.sqlite3``: each
+incident charged to its own cause), or with ``--fleet`` the aggregator's
+cluster incidents (``<state-dir>/fleet/fleet.sqlite3``: the waiting nodes of a
+job charged to its origin's cause). Same ledger code as the fleet's
+``/api/v1/jobs``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from fabricwatch.engine._cli_common import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, err, parse_time, print_json
+from fabricwatch.engine.db import DB_FILENAME, IncidentDB
+from fabricwatch.errors import StoreError
+from fabricwatch.fleet.db import DB_FILENAME as FLEET_DB
+from fabricwatch.fleet.db import FleetDB
+from fabricwatch.fleet.ledger import ledger_lines, ledger_of
+
+
+def configure_parser(parser: argparse.ArgumentParser) -> None:
+    """``--by job``, ``--fleet`` and ``--cost-per-gpu-hour`` (the rest is the incidents')."""
+    parser.add_argument(
+        "--by",
+        choices=("job",),
+        default=None,
+        help="job: the ledger of GPU-hours each job lost, by cause and culprit kind",
+    )
+    parser.add_argument(
+        "--fleet",
+        action="store_true",
+        help="with --by job: read the fleet aggregator's database (<state-dir>/fleet)",
+    )
+    parser.add_argument(
+        "--cost-per-gpu-hour", type=float, default=0.0, help="with --by job: add money lost"
+    )
+
+
+def _docs(args: argparse.Namespace, since: float | None) -> list[dict[str, Any]]:
+    state = None if args.state == "all" else args.state
+    if args.fleet:
+        path = Path(args.state_dir) / "fleet" / FLEET_DB
+        if not path.exists():
+            return []
+        fdb = FleetDB(path)
+        try:
+            return fdb.incidents(since=since, state=state, limit=args.limit or 1_000_000)
+        finally:
+            fdb.close()
+    path = Path(args.state_dir) / DB_FILENAME
+    if not path.exists():
+        return []
+    db = IncidentDB(path)
+    try:
+        return list(db.incidents(since=since, node=args.node, state=state, limit=args.limit))
+    finally:
+        db.close()
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print the ledger; 0 on success, 2 on a bad argument, 1 on an unusable database."""
+    try:
+        since = None if args.since == "all" else parse_time(args.since)
+    except ValueError as exc:
+        err(f"--since: {exc}")
+        return EXIT_USAGE
+    if args.cost_per_gpu_hour < 0:
+        err("--cost-per-gpu-hour must not be negative")
+        return EXIT_USAGE
+    try:
+        docs = _docs(args, since)
+    except StoreError as exc:
+        err(str(exc))
+        return EXIT_FAILURE
+    entries = ledger_of(docs, cost_per_gpu_hour=args.cost_per_gpu_hour).entries()
+    if args.json:
+        print_json(entries, sys.stdout)
+    else:
+        sys.stdout.write("\n".join(ledger_lines(entries)) + "\n")
+    return EXIT_OK

@@ -1,0 +1,131 @@
+"""``fabricwatch replay --fleet``: which node stalled the job, from existing telemetry.
+
+Several nodes' history (OpenMetrics files, one per node or mixed, or one
+Prometheus holding many nodes) is split by node (``--node-label``, default
+``instance``, ports stripped); each node's engine runs over its own samples,
+then the fleet grouping runs offline over all their incidents: the same code
+and settings (``[fleet]`` of ``--config``) as the live aggregator, so the same
+job incidents, origins and waiting nodes come out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tomllib
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+from fabricwatch.engine._cli_common import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, err, parse_time, print_json
+from fabricwatch.engine.cli_replay import _open_text, _settings
+from fabricwatch.engine.replay import ReplayError
+from fabricwatch.errors import ConfigError, ParseError, StoreError
+from fabricwatch.fleet.ledger import ledger_lines, ledger_of
+from fabricwatch.fleet.replay import (
+    DEFAULT_NODE_LABEL,
+    NodeStreams,
+    job_incident_json,
+    job_lines,
+    prometheus_samples,
+    replay_nodes,
+    samples_from_streams,
+)
+from fabricwatch.fleet.settings import FleetSettings
+from fabricwatch.settings import build, parse_duration
+
+
+def configure_parser(parser: argparse.ArgumentParser) -> None:
+    """``--fleet``, ``--node-label``, ``--job`` and ``--cluster`` (the rest is replay's)."""
+    parser.add_argument(
+        "--fleet",
+        action="store_true",
+        help="several nodes: each node's engine, then the fleet grouping (job incidents)",
+    )
+    parser.add_argument(
+        "--node-label",
+        default=DEFAULT_NODE_LABEL,
+        help="with --fleet: the label naming a sample's node (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--job",
+        default="",
+        help="with --fleet: job of node incidents whose telemetry names none (slurm:8812)",
+    )
+    parser.add_argument("--cluster", default="default", help="with --fleet: cluster name")
+
+
+def _fleet_settings(path: Path | None) -> FleetSettings:
+    if path is None:
+        return build(FleetSettings, {}, prefix="fleet")
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"cannot read: {exc.strerror}", path=str(path)) from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"invalid TOML: {exc}", path=str(path)) from None
+    table = data.get("fleet", {})
+    if not isinstance(table, dict):
+        raise ConfigError("expected a table", path=str(path), key="fleet")
+    return build(FleetSettings, table, prefix="fleet", source=str(path))
+
+
+def run(args: argparse.Namespace) -> int:
+    """Fleet replay; 0 on success, 2 on bad usage or config, 1 on unusable input or an unreachable source."""
+    try:
+        engine = _settings(args.config)
+        fleet = _fleet_settings(args.config)
+        if args.prometheus:
+            if args.files:
+                err("give OpenMetrics files or --prometheus, not both")
+                return EXIT_USAGE
+            if not args.start:
+                err("--prometheus needs --from")
+                return EXIT_USAGE
+            start, end = parse_time(args.start), parse_time(args.end)
+            by_node = prometheus_samples(
+                args.prometheus,
+                start,
+                end,
+                args.match,
+                node_label=args.node_label,
+                chunk=parse_duration(args.chunk),
+                timeout=parse_duration(args.timeout),
+            )
+        elif args.files:
+            streams = NodeStreams({})
+            with ExitStack() as stack:
+                for path in args.files:
+                    default = "" if path == "-" else Path(path).stem
+                    streams.add(
+                        _open_text(path, stack), node_label=args.node_label, default=default
+                    )
+            by_node = samples_from_streams(streams)
+        else:
+            err("nothing to replay: give OpenMetrics files or --prometheus URL")
+            return EXIT_USAGE
+        by_node = {n: s for n, s in by_node.items() if s}
+        if not by_node:
+            err(f"no usable samples for any node (node label {args.node_label!r})")
+            return EXIT_FAILURE
+        result = replay_nodes(by_node, engine, fleet, cluster=args.cluster, job=args.job)
+    except (ConfigError, ValueError) as exc:
+        err(str(exc))
+        return EXIT_USAGE
+    except (ParseError, ReplayError, StoreError) as exc:
+        err(str(exc))
+        return EXIT_FAILURE
+    node_incidents = sum(len(r.incidents()) for r in result.nodes.values())
+    jobs = result.fleet.jobs()
+    sys.stderr.write(
+        f"replayed {len(result.nodes)} nodes: {node_incidents} node incident(s), "
+        f"{len(result.fleet.incidents)} cluster incident(s), {len(jobs)} job incident(s)\n"
+    )
+    if args.json:
+        out: list[dict[str, Any]] = [job_incident_json(d) for d in jobs]
+        print_json(out, sys.stdout)
+    else:
+        lines = list(job_lines(result.fleet)) or ["no cluster incidents"]
+        lines += ["", *ledger_lines(ledger_of(result.fleet.incidents).entries())]
+        sys.stdout.write("\n".join(lines) + "\n")
+    return EXIT_OK
