@@ -166,16 +166,16 @@ def test_garbage_and_truncated_input_names_the_node(
 ) -> None:
     bad = tmp_path / "bad.om"
     bad.write_text('fabricwatch_gpu_power_watts{gpu="0",instance="n7:1"} 1\n')  # no timestamp
-    assert main(["replay", "--fleet", str(bad)]) == 2
+    assert main(["replay", "--fleet", str(bad)]) == 1  # unusable input: ExitCode.FAILURE
     assert "node n7" in capsys.readouterr().err
     trunc = tmp_path / "trunc.om"
     trunc.write_text('fabricwatch_gpu_power_watts{gpu="0",instance="n7:1"} 1 1700000000\nfabric')
-    assert main(["replay", "--fleet", str(trunc)]) == 2
+    assert main(["replay", "--fleet", str(trunc)]) == 1
     assert "not a sample line" in capsys.readouterr().err
     s = NodeStreams({"n": ["\x00\xff garbage"]})
     with pytest.raises(ParseError, match="node n"):
         samples_from_streams(s)
     empty = tmp_path / "empty.om"
     empty.write_text("# EOF\n")
-    assert main(["replay", "--fleet", str(empty)]) == 2
+    assert main(["replay", "--fleet", str(empty)]) == 1
     assert "no usable samples" in capsys.readouterr().err
