@@ -14,7 +14,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from fabricwatch.engine._cli_common import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, err, parse_time, print_json
+from fabricwatch.engine._cli_common import (
+    EXIT_FAILURE,
+    EXIT_OK,
+    EXIT_USAGE,
+    err,
+    parse_time,
+    print_json,
+)
 from fabricwatch.engine.db import DB_FILENAME, IncidentDB
 from fabricwatch.errors import StoreError
 from fabricwatch.fleet.db import DB_FILENAME as FLEET_DB

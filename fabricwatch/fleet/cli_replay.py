@@ -17,7 +17,14 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from fabricwatch.engine._cli_common import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, err, parse_time, print_json
+from fabricwatch.engine._cli_common import (
+    EXIT_FAILURE,
+    EXIT_OK,
+    EXIT_USAGE,
+    err,
+    parse_time,
+    print_json,
+)
 from fabricwatch.engine.cli_replay import _open_text, _settings
 from fabricwatch.engine.replay import ReplayError
 from fabricwatch.errors import ConfigError, ParseError, StoreError
@@ -71,7 +78,7 @@ def _fleet_settings(path: Path | None) -> FleetSettings:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Fleet replay; 0 on success, 2 on bad usage or config, 1 on unusable input or an unreachable source."""
+    """Fleet replay; 0 on success, 2 on bad usage or config, 1 on unusable input."""
     try:
         engine = _settings(args.config)
         fleet = _fleet_settings(args.config)
