@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import os
 import resource
 import signal
@@ -26,6 +27,7 @@ from fabricwatch.counters import TrackerSettings
 from fabricwatch.engine.core import Engine
 from fabricwatch.engine.db import IncidentDB
 from fabricwatch.engine.incidents import IncidentTransition, to_json
+from fabricwatch.engine.signals import ENGINE_FAMILIES
 from fabricwatch.errors import ConfigError, FabricwatchError
 from fabricwatch.logs import configure_logging
 from fabricwatch.outputs.alerting import AlertingService
@@ -123,6 +125,8 @@ class Daemon:
             history=config.store.history,
             stale_after=config.store.stale_after,
             tracker=TrackerSettings(gap_after=config.store.gap_after),
+            # Only the engine reads history; /metrics and MQTT read latest values.
+            history_families=ENGINE_FAMILIES,
         )
         self.supervisor = Supervisor(self.store, clock=self.clock)
         self._stop = asyncio.Event()
@@ -227,6 +231,10 @@ class Daemon:
                 log.error("startup_failed", error=str(exc))
                 return EXIT_STARTUP
             await self._wait_first_attempts()
+            # Start-up objects (modules, config, collectors' tables) live as
+            # long as the process: keep them out of every later collection.
+            gc.collect()
+            gc.freeze()
             self._tasks.append(asyncio.create_task(self._tick_loop(), name="tick"))
             if self._notifier.watchdog_usec:
                 self._tasks.append(asyncio.create_task(self._watchdog_loop(), name="watchdog"))
@@ -237,6 +245,7 @@ class Daemon:
         finally:
             self._notifier.stopping()
             await self._shutdown()
+            gc.unfreeze()  # a daemon run inside a larger process (tests) leaves nothing pinned
             for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
                 loop.remove_signal_handler(sig)
         return EXIT_OK
