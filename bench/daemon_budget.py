@@ -76,6 +76,7 @@ from fabricwatch.collectors.switch.simagent import SimAgent, SimPort, SimSwitch
 from fabricwatch.config import parse_config
 from fabricwatch.daemon import Daemon
 from fabricwatch.logs import configure_logging
+from fabricwatch.outputs.exposition import generate_text
 from fabricwatch.readings import MetricSpec, Reading
 from fabricwatch.store import IngestResult, SnapshotStore
 
@@ -666,15 +667,13 @@ def _timed_tick_parts(daemon: Daemon, acct: Accounts) -> None:
 
 def scrape_cpu(daemon: Daemon, n: int = 5) -> tuple[float, int]:
     """(CPU seconds of one /metrics render, its size in bytes), rendered here ``n`` times."""
-    from prometheus_client import generate_latest
-
     web = daemon._web
     assert web is not None
     registry = web._registry
-    body = generate_latest(registry)
+    body = generate_text(registry)
     t0 = time.thread_time()
     for _ in range(n):
-        generate_latest(registry)
+        generate_text(registry)
     return (time.thread_time() - t0) / n, len(body)
 
 
@@ -863,7 +862,10 @@ def report(shape: Shape, w: Window, *, profiled: bool) -> None:
     _row("DAEMON CPU (process - simulators)", w.daemon_cpu, secs)
     print("  of which (collectors: their tasks, spawned tasks and socket callbacks):")
     for name, ms in parts(w).items():
-        _row(name, ms * secs / 1e3, secs)
+        collector = name.split(":", 1)[0]
+        ingest = w.accounts.get(f"ingest:{collector}")
+        note = "" if ingest is None else f"(ingest {ingest / secs * 1e3:.3f} ms/s)"
+        _row(name, ms * secs / 1e3, secs, note)
     print("  threads (schedstat, simulators NOT subtracted):")
     for name, cpu in sorted(w.threads.items(), key=lambda kv: -kv[1]):
         if cpu > 0:
