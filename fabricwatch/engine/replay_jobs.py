@@ -17,6 +17,7 @@ with no cut left this is a single pass.
 
 from __future__ import annotations
 
+import gc
 import itertools
 import math
 import multiprocessing
@@ -56,7 +57,7 @@ class Split:
     def for_settings(cls, settings: EngineSettings) -> Split:
         """Margins that cover the engine's look-back several times over."""
         reach = settings.baseline_window + settings.activity_window + settings.resolve_hold
-        return cls(warmup=max(900.0, 4 * reach), verify=settings.resolve_hold + reach)
+        return cls(warmup=max(600.0, 2 * reach), verify=settings.resolve_hold + reach)
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +100,18 @@ def _work(job: _Job, span: _Span, conn: Connection) -> None:
 def _run_all(job: _Job, spans: Sequence[_Span], jobs: int) -> list[SpanRun]:
     """Run ``spans`` in at most ``jobs`` forked processes at a time, results in order."""
     ctx = multiprocessing.get_context("fork")
+    # The workers inherit millions of sample tuples: frozen, a collection in a
+    # worker does not walk them (and copy every page they live on).
+    gc.freeze()
+    try:
+        return _spawn(ctx, job, spans, jobs)
+    finally:
+        gc.unfreeze()
+
+
+def _spawn(
+    ctx: multiprocessing.context.ForkContext, job: _Job, spans: Sequence[_Span], jobs: int
+) -> list[SpanRun]:
     results: list[SpanRun | None] = [None] * len(spans)
     pending = list(enumerate(spans))
     running: list[tuple[int, multiprocessing.process.BaseProcess, Connection]] = []
