@@ -194,6 +194,9 @@ class SnapshotStore:
         self._tracker = tracker or TrackerSettings()
         self._history_families = None if history_families is None else frozenset(history_families)
         self._blank = array("d", (0.0, 0.0)) * history  # copied for each new ring
+        # A lower bound of every series' ``updated``: expire() scans only when
+        # some series may be older than its cutoff (it runs every tick).
+        self._oldest = math.inf
         self._specs: dict[str, MetricSpec] = {}
         self._owners: dict[str, set[str]] = {}
         self._series: dict[SeriesKey, Series] = {}
@@ -264,6 +267,7 @@ class SnapshotStore:
         histogram = MetricKind.HISTOGRAM
         isfinite = math.isfinite
         accepted = 0
+        oldest = self._oldest
         # Readings are unpacked, not read by attribute: it is the hottest loop
         # of the daemon (thousands of readings per second). The label count
         # is checked when a series is created: an existing series was found
@@ -287,6 +291,8 @@ class SnapshotStore:
                 series_map[(name, labels)] = s
                 family[labels] = s
             s.updated = ts
+            if ts < oldest:
+                oldest = ts
             if is_counter:
                 if value < 0:  # finite already: this is valid_sample()
                     result.reject("negative")
@@ -321,15 +327,19 @@ class SnapshotStore:
                 s.head = h
             accepted += 1
         result.accepted = accepted
+        self._oldest = oldest
         return result
 
     def expire(self, now: float) -> int:
         """Drop series not updated for ``stale_after`` seconds; return how many."""
         cutoff = now - self._stale_after
+        if cutoff <= self._oldest:
+            return 0  # no series is older than the oldest one seen: nothing to scan
         old = [k for k, s in self._series.items() if s.updated < cutoff]
         for key in old:
             del self._series[key]
             del self._by_name[key[0]][key[1]]
+        self._oldest = min((s.updated for s in self._series.values()), default=math.inf)
         return len(old)
 
     def pad_history(self) -> int:

@@ -148,3 +148,16 @@ def test_pad_history_fills_every_ring_keeping_the_points_newest_last() -> None:
     s.ingest("c1", [Reading(G.name, ("d",), 7.0)], 4.0)
     assert [p.value for p in d.history] == [0.0, 0.0, 1.0, 2.0, 7.0]
     assert s.pad_history() == 0
+
+
+def test_expire_skips_scans_but_never_misses_an_old_series() -> None:
+    s = _store(stale=300.0)
+    s.ingest("c1", [Reading(G.name, ("a",), 1.0)], 0.0)
+    s.ingest("c1", [Reading(G.name, ("b",), 1.0)], 100.0)
+    assert s.expire(299.0) == 0
+    assert s.expire(350.0) == 1 and s.get(G.name, ("a",)) is None
+    # A reading stamped earlier than anything seen (a collector's own ts).
+    s.ingest("c1", [Reading(G.name, ("b",), 2.0, 10.0)], 360.0)
+    s.ingest("c1", [Reading(G.name, ("c",), 2.0)], 360.0)
+    assert s.expire(320.0) == 1 and s.get(G.name, ("b",)) is None
+    assert s.expire(659.0) == 0 and s.expire(661.0) == 1 and len(s) == 0
