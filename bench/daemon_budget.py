@@ -46,6 +46,7 @@ import asyncio
 import contextlib
 import contextvars
 import cProfile
+import gc
 import json
 import math
 import os
@@ -60,7 +61,7 @@ import threading
 import time
 import urllib.request
 from collections.abc import Callable, Coroutine, Generator, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -616,6 +617,22 @@ def thread_cpu() -> dict[str, float]:
     return out
 
 
+class GcClock:
+    """A ``gc.callbacks`` hook: thread-CPU seconds spent in collections, and full ones."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self.full = 0
+        self._t0 = 0.0
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._t0 = time.thread_time()
+            return
+        self.seconds += time.thread_time() - self._t0
+        self.full += info.get("generation") == 2
+
+
 def reference_cpu() -> float:
     """CPU seconds of a fixed pure-Python workload: how fast this machine ran just now."""
     t0 = time.thread_time()
@@ -707,6 +724,8 @@ class Window:
     rss_before_daemon: float
     collections: dict[str, int]
     scrape: tuple[float, int]
+    gc_seconds: float = 0.0
+    gc_full: int = 0
 
     @property
     def sim(self) -> float:
@@ -761,6 +780,8 @@ async def measure(
             await asyncio.sleep(warmup)
             states = {s.name: s.collections for s in daemon.supervisor.states}
             ref = reference_cpu()
+            gc_clock = GcClock()
+            gc.callbacks.append(gc_clock)
             rss_early, _ = rss_mib()
             a0, th0 = acct.snapshot(), thread_cpu()
             k0 = proc_cpu(child_pid)
@@ -773,6 +794,7 @@ async def measure(
                 profile.disable()
             c1 = time.process_time()
             w1 = time.monotonic()
+            gc.callbacks.remove(gc_clock)
             k1 = proc_cpu(child_pid)
             a1, th1 = acct.snapshot(), thread_cpu()
             rss_end, _ = rss_mib()
@@ -803,6 +825,8 @@ async def measure(
                 hwm=hwm,
                 rss_before_daemon=rss_before,
                 scrape=scrape,
+                gc_seconds=gc_clock.seconds,
+                gc_full=gc_clock.full,
                 collections={
                     s.name: s.collections - states.get(s.name, 0) for s in daemon.supervisor.states
                 },
@@ -860,6 +884,12 @@ def report(shape: Shape, w: Window, *, profiled: bool) -> None:
         f"({w.history_points} points once full; {w.padded_points} padded to fill the rings)"
     )
     _row("DAEMON CPU (process - simulators)", w.daemon_cpu, secs)
+    _row(
+        "  of all that, garbage collection",
+        w.gc_seconds,
+        secs,
+        f"({w.gc_full} full collections)",
+    )
     print("  of which (collectors: their tasks, spawned tasks and socket callbacks):")
     for name, ms in parts(w).items():
         collector = name.split(":", 1)[0]
@@ -887,9 +917,47 @@ def _median(xs: Sequence[float]) -> float:
 
 
 def run_shape(
+    shape: Shape,
+    runs: int,
+    warmup: float,
+    seconds: float,
+    profile: cProfile.Profile | None,
+    *,
+    no_gc_freeze: bool = False,
+) -> list[Window]:
+    """``runs`` fresh daemons on one shape, each in a fresh process (RSS is per process:
+    a second daemon in the same interpreter would start from the first one's heap)."""
+    if profile is not None:
+        return _run_here(shape, runs, warmup, seconds, profile)
+    out: list[Window] = []
+    for _ in range(runs):
+        job = {
+            "shape": asdict(shape),
+            "warmup": warmup,
+            "seconds": seconds,
+            "no_gc_freeze": no_gc_freeze,
+        }
+        proc = subprocess.run(
+            [sys.executable, __file__, "--run", json.dumps(job)],
+            capture_output=True,
+            text=True,
+            timeout=warmup + seconds + 180,
+            check=False,
+        )
+        sys.stdout.write(proc.stderr)
+        lines = proc.stdout.strip().splitlines()
+        if proc.returncode != 0 or not lines:
+            msg = f"measurement run failed ({proc.returncode}): {proc.stdout[-2000:]}"
+            raise RuntimeError(msg)
+        sys.stdout.write("\n".join(lines[:-1]) + ("\n" if len(lines) > 1 else ""))
+        out.append(Window(**json.loads(lines[-1])))
+    return out
+
+
+def _run_here(
     shape: Shape, runs: int, warmup: float, seconds: float, profile: cProfile.Profile | None
 ) -> list[Window]:
-    """``runs`` fresh daemons on one shape, against one child (agent + scraper)."""
+    """``runs`` daemons in this process against one child (agent + scraper)."""
     http_port = free_tcp_port()
     child = subprocess.Popen(
         [
@@ -991,14 +1059,28 @@ def main() -> None:
     )
     ap.add_argument("--results", type=Path, default=None, help="write every figure here (JSON)")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--run", default=None, help=argparse.SUPPRESS)
+    ap.add_argument(
+        "--no-gc-freeze", action="store_true", help="A/B: the daemon without gc.freeze()"
+    )
     args = ap.parse_args()
+    if args.run is not None:
+        job = json.loads(args.run)
+        if job.get("no_gc_freeze"):
+            # A/B of the daemon's gc.freeze() after start-up (measurement only).
+            setattr(gc, "freeze", lambda: None)  # noqa: B010 - patched for the A/B run only
+        (w,) = _run_here(Shape(**job["shape"]), 1, job["warmup"], job["seconds"], None)
+        print(json.dumps(asdict(w)))
+        return
     if args.child is not None:
         http_port, ports_n, uplinks = json.loads(args.child)
         with contextlib.suppress(KeyboardInterrupt):
             asyncio.run(_child(http_port, ports_n, uplinks))
         return
     prof = cProfile.Profile() if args.profile is not None else None
-    windows = run_shape(DESIGN, args.runs, args.warmup, args.seconds, prof)
+    windows = run_shape(
+        DESIGN, args.runs, args.warmup, args.seconds, prof, no_gc_freeze=args.no_gc_freeze
+    )
     for w in windows:
         report(DESIGN, w, profiled=prof is not None)
     head = summary(DESIGN, windows)
