@@ -24,6 +24,7 @@ from fabricwatch.clock import Clock
 from fabricwatch.collector import Collector, CollectorEnv, Registry
 from fabricwatch.config import Config, DaemonSettings, load_config, split_listen
 from fabricwatch.counters import TrackerSettings
+from fabricwatch.engine import signals as engine_signals
 from fabricwatch.engine.core import Engine
 from fabricwatch.engine.db import IncidentDB
 from fabricwatch.engine.incidents import IncidentTransition, to_json
@@ -38,6 +39,16 @@ from fabricwatch.settings import parse_duration
 from fabricwatch.store import SnapshotStore
 from fabricwatch.supervisor import StartupFailedError, Supervisor
 from fabricwatch.webconfig import WebConfig, load_web_config
+
+_GPU_SIGNALS = frozenset(
+    (
+        engine_signals.GPU_SM,
+        engine_signals.GPU_POWER,
+        engine_signals.GPU_UTIL,
+        engine_signals.GPU_HEALTHY,
+    )
+)
+"""Families from which the engine learns that a GPU exists and works."""
 
 log = structlog.get_logger("fabricwatch.daemon")
 
@@ -153,6 +164,13 @@ class Daemon:
                 continue
             collector: Collector = self._registry[name].build(settings, env)
             sup.add(collector, settings)
+        # History feeds only the engine's evidence, and the engine opens
+        # incidents only for GPUs it sees working: a poller without GPU work
+        # signals (a whole switch in switch mode) keeps latest values only.
+        gpu_fed = not _GPU_SIGNALS.isdisjoint(self.store.specs())
+        self.store.set_history_families(
+            ENGINE_FAMILIES if gpu_fed and self.engine is not None else ()
+        )
         return sup
 
     # -- lifecycle ----------------------------------------------------------

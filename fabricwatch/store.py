@@ -236,6 +236,14 @@ class SnapshotStore:
         self._routes[collector] = routes
         return routes
 
+    def set_history_families(self, names: Collection[str] | None) -> None:
+        """Keep history for these families from now on (None: every family).
+
+        Series that exist already keep (or lack) their ring until they expire.
+        """
+        self._history_families = None if names is None else frozenset(names)
+        self._routes.clear()
+
     @property
     def history_size(self) -> int:
         """Points each history ring holds."""

@@ -161,3 +161,14 @@ def test_expire_skips_scans_but_never_misses_an_old_series() -> None:
     s.ingest("c1", [Reading(G.name, ("c",), 2.0)], 360.0)
     assert s.expire(320.0) == 1 and s.get(G.name, ("b",)) is None
     assert s.expire(659.0) == 0 and s.expire(661.0) == 1 and len(s) == 0
+
+
+def test_history_families_can_change_for_series_created_later() -> None:
+    s = _store(history=3)
+    s.set_history_families(())
+    s.ingest("c1", [Reading(G.name, ("a",), 1.0)], 0.0)
+    s.set_history_families(None)
+    s.ingest("c1", [Reading(G.name, ("a",), 2.0), Reading(G.name, ("b",), 3.0)], 1.0)
+    a, b = s.get(G.name, ("a",)), s.get(G.name, ("b",))
+    assert a is not None and b is not None
+    assert not a.history and [p.value for p in b.history] == [3.0]
