@@ -76,7 +76,8 @@ def replay_rows(doc: dict[str, Any]) -> list[str]:
     rate = doc["node_hours_per_cpu_s"]
     prom = doc.get("promtool_node_hours_per_cpu_s")
     side = (
-        f"; `promtool tsdb create-blocks-from openmetrics` on the same file {prom:.2f}"
+        "; `promtool tsdb create-blocks-from openmetrics` on the same file: "
+        f"{prom:.2f} node-hours per CPU-second"
         if prom
         else ""
     )
