@@ -44,19 +44,24 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import contextvars
 import cProfile
+import gc
 import json
+import math
+import os
 import pstats
 import shutil
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Coroutine, Generator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Coroutine, Generator, Iterator, Sequence
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -72,6 +77,7 @@ from fabricwatch.collectors.switch.simagent import SimAgent, SimPort, SimSwitch
 from fabricwatch.config import parse_config
 from fabricwatch.daemon import Daemon
 from fabricwatch.logs import configure_logging
+from fabricwatch.outputs.exposition import generate_text
 from fabricwatch.readings import MetricSpec, Reading
 from fabricwatch.store import IngestResult, SnapshotStore
 
@@ -116,17 +122,32 @@ _ETHTOOL_RATES = {
 
 # -- CPU accounting --------------------------------------------------------------------------
 
+_BUCKET: contextvars.ContextVar[CpuBucket | None] = contextvars.ContextVar(
+    "daemon_budget_bucket", default=None
+)
+"""The bucket that event-loop callbacks run in this context are charged to (tasks that a
+collector spawns inherit it, as do transports it opens: their reader callbacks too)."""
+
+
+class _Nested(threading.local):
+    """Simulator CPU accumulated on this thread (subtracted from the callback it ran in)."""
+
+    sim = 0.0
+
 
 class CpuBucket:
     """Thread-CPU seconds of timed calls, from any thread."""
 
-    def __init__(self) -> None:
+    def __init__(self, nested: _Nested | None = None) -> None:
         self.seconds = 0.0
         self._lock = threading.Lock()
+        self._nested = nested
 
     def add(self, dt: float) -> None:
         with self._lock:
             self.seconds += dt
+        if self._nested is not None:
+            self._nested.sim += dt
 
     def timed(self, fn: Callable[..., T]) -> Callable[..., T]:
         """``fn`` with its calling thread's CPU added to this bucket."""
@@ -139,6 +160,44 @@ class CpuBucket:
                 self.add(time.thread_time() - t0)
 
         return run
+
+
+@contextlib.contextmanager
+def loop_accounting(nested: _Nested) -> Iterator[None]:
+    """Charge every event-loop callback to the bucket of its context (if any).
+
+    ``asyncio.events.Handle._run`` runs every callback of the loop: task steps
+    (in the task's context), reader callbacks of sockets (in the context the
+    transport was made in) and timers. Simulator CPU inside a callback is
+    subtracted (it is counted as the simulator's).
+    """
+    original = asyncio.events.Handle._run
+    clock = time.thread_time
+
+    def run(self: asyncio.Handle) -> None:
+        bucket = self._context.get(_BUCKET)  # type: ignore[attr-defined]
+        if bucket is None:
+            original(self)
+            return
+        s0 = nested.sim
+        t0 = clock()
+        try:
+            original(self)
+        finally:
+            bucket.add(clock() - t0 - (nested.sim - s0))
+
+    asyncio.events.Handle._run = run  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        asyncio.events.Handle._run = original  # type: ignore[method-assign]
+
+
+async def in_bucket(coro: Coroutine[Any, Any, T], bucket: CpuBucket) -> T:
+    """Run ``coro`` in its own task whose context charges ``bucket``."""
+    ctx = contextvars.copy_context()
+    ctx.run(_BUCKET.set, bucket)
+    return await asyncio.get_running_loop().create_task(coro, context=ctx)
 
 
 class _TimedAwait:
@@ -179,7 +238,9 @@ class _TimedAwait:
 
 
 class Measured:
-    """A collector whose ``collect()`` CPU is counted (the inner collector is the real one)."""
+    """A collector whose work is counted: ``start()`` and ``collect()`` run in a task whose
+    context charges the collector's bucket, so tasks they spawn (``asyncio.gather`` per
+    target) and the reader callbacks of sockets they open are counted too."""
 
     def __init__(self, inner: Collector, bucket: CpuBucket) -> None:
         self._inner = inner
@@ -195,13 +256,12 @@ class Measured:
         return self._inner.metrics()
 
     async def start(self) -> None:
-        """Start the inner collector."""
-        await self._inner.start()
+        """Start the inner collector (its transports are made in the bucket's context)."""
+        await in_bucket(self._inner.start(), self._bucket)
 
     async def collect(self) -> Sequence[Reading]:
         """The inner collector's readings; its CPU goes to the bucket."""
-        result: Sequence[Reading] = await _TimedAwait(self._inner.collect(), self._bucket)
-        return result
+        return await in_bucket(self._inner.collect(), self._bucket)
 
     async def close(self) -> None:
         """Close the inner collector."""
@@ -212,6 +272,7 @@ class Measured:
 class Accounts:
     """Where the measured CPU went."""
 
+    nested: _Nested = field(default_factory=_Nested)
     collect: dict[str, CpuBucket] = field(default_factory=dict)
     ingest: dict[str, CpuBucket] = field(default_factory=dict)
     sim: dict[str, CpuBucket] = field(default_factory=dict)
@@ -222,7 +283,7 @@ class Accounts:
     def bucket(self, table: dict[str, CpuBucket], name: str) -> CpuBucket:
         b = table.get(name)
         if b is None:
-            b = table[name] = CpuBucket()
+            b = table[name] = CpuBucket(self.nested if table is self.sim else None)
         return b
 
     def snapshot(self) -> dict[str, float]:
@@ -247,8 +308,8 @@ class Accounts:
 class TimedGPUs(SimulatedGPUs):
     """The GPU simulator (the NVML driver's stand-in) with its CPU counted as simulator CPU."""
 
-    def __init__(self, bucket: CpuBucket, clock: Callable[[], float]) -> None:
-        super().__init__(GPU_MODEL, GPUS, clock)
+    def __init__(self, bucket: CpuBucket, clock: Callable[[], float], count: int) -> None:
+        super().__init__(GPU_MODEL, count, clock)
         self._bucket = bucket
 
     def sample(self, index: int, *, fabric: bool) -> GpuSample:
@@ -283,7 +344,7 @@ class Synced(Measured):
     async def start(self) -> None:
         """Write the source once, then start the inner collector."""
         self._sync(time.monotonic())
-        await self._inner.start()
+        await in_bucket(self._inner.start(), self._bucket)
 
     async def collect(self) -> Sequence[Reading]:
         """Write the source as of now, then collect (the write is simulator CPU)."""
@@ -294,19 +355,20 @@ class Synced(Measured):
 class Node:
     """Sysfs, procfs and GPU simulators of one DESIGN.md-sized node under ``root``."""
 
-    def __init__(self, root: Path, acct: Accounts) -> None:
+    def __init__(self, root: Path, acct: Accounts, shape: Shape) -> None:
         self.root = root
         self.acct = acct
+        self.shape = shape
         self.sys_root = root / "sys"
         self.proc_root = root / "proc"
         self.ethtool_dir = root / "ethtool"
         self.state_dir = root / "state"
         self.t0 = time.monotonic()
-        self.gpus = TimedGPUs(acct.bucket(acct.sim, "gpu"), time.monotonic)
+        self.gpus = TimedGPUs(acct.bucket(acct.sim, "gpu"), time.monotonic, max(1, shape.gpus))
         self.gpus.set_activity(None, Activity.BUSY)
         self.nic = NicFixture(self.sys_root, self.ethtool_dir)
-        for i in range(NICS):
-            pci = f"0000:{0x18 + 0x10 * i:02x}:00.0"
+        for i in range(shape.nics):
+            pci = f"0000:{0x18 + 0x08 * i:02x}:00.0"
             self.nic.add_pci(pci, numa=i // 4)
             self.nic.add_netdev(f"eth{i}", pci=pci, speed_mbps=LINK_GBPS * 1000)
             self.nic.add_rdma_port(f"mlx5_{i}", pci=pci, netdev=f"eth{i}", rate_gbps=LINK_GBPS)
@@ -314,7 +376,7 @@ class Node:
         self.ckpt_dirs = [root / name for name, *_ in CKPT_DEVICES]
         for d in (self.proc_root / "self", self.state_dir, *self.ckpt_dirs):
             d.mkdir(parents=True, exist_ok=True)
-        for i in range(GPUS):
+        for i in range(shape.gpus):
             pid = self.proc_root / str(PID_BASE + i)
             pid.mkdir(parents=True, exist_ok=True)
             (pid / "cgroup").write_text(
@@ -332,7 +394,7 @@ class Node:
     def sync_nic(self, now: float) -> None:
         """Write every port's counters as of ``now`` (in place, as sysfs reads them)."""
         t = now - self.t0
-        for i in range(NICS):
+        for i in range(self.shape.nics):
             dev, netdev = f"mlx5_{i}", f"eth{i}"
             for name, rate in _SYSFS_RATES.items():
                 v = int(rate * t)
@@ -401,8 +463,9 @@ class Node:
         return reg
 
     def config(self, snmp_port: int, http_port: int) -> dict[str, Any]:
-        """The daemon's config document."""
-        return {
+        """The daemon's config document (switch mode: only the switch collector)."""
+        shape = self.shape
+        doc: dict[str, Any] = {
             "daemon": {
                 "node": NODE,
                 "state_dir": str(self.state_dir),
@@ -423,26 +486,71 @@ class Node:
                 },
                 "switch": {
                     "targets": [
-                        {"name": "leaf1", "host": "127.0.0.1", "port": snmp_port, "timeout": 1.0}
+                        {
+                            "name": "leaf1",
+                            "host": "127.0.0.1",
+                            "port": snmp_port,
+                            "timeout": 1.0 if shape.mode == "node" else 5.0,
+                        }
                     ],
-                    "mode": "node",
+                    "mode": shape.mode,
                 },
             },
         }
+        if shape.mode == "switch":
+            for name in ("gpu", "nic", "storage"):
+                doc["collectors"][name] = {"enabled": False}
+        if shape.history is not None:
+            doc["store"] = {"history": shape.history}
+        return doc
 
 
 # -- the child: SNMP agent + Prometheus-like scraper -----------------------------------------
 
 
-def _switch() -> SimSwitch:
+@dataclass(frozen=True)
+class Shape:
+    """What one measured daemon polls."""
+
+    label: str
+    gpus: int = GPUS
+    nics: int = NICS
+    uplinks: int = UPLINKS
+    switch_ports: int = SWITCH_PORTS
+    mode: str = "node"
+    history: int | None = None  # None: the default config's
+
+    def describe(self) -> str:
+        if self.mode == "switch":
+            return f"switch mode, one {self.switch_ports}-port switch (SNMP, all ports)"
+        return (
+            f"{self.gpus} x {GPU_MODEL} x 18 NVLinks, {self.nics} NIC ports, {self.uplinks} "
+            f"switch uplinks (SNMP, {self.switch_ports}-port leaf), {len(CKPT_DEVICES)} "
+            "storage paths"
+        )
+
+
+DESIGN = Shape("DESIGN node")
+SCALING = (
+    Shape("GPUs 4", gpus=4),
+    DESIGN,
+    Shape("GPUs 16", gpus=16),
+    Shape("NIC ports 4", nics=4),
+    Shape("NIC ports 16", nics=16),
+    Shape("switch mode 64 ports", switch_ports=64, mode="switch"),
+    Shape("switch mode 512 ports", switch_ports=512, mode="switch"),
+)
+
+
+def _switch(ports_n: int, uplinks: int) -> SimSwitch:
     ports = [
         SimPort(
             i + 1,
             f"swp{i + 1}",
-            neighbour_name=NODE if i < UPLINKS else f"other-node-{i}",
+            neighbour_name=NODE if i < uplinks else f"other-node-{i}",
             neighbour_port=f"eth{i}",
         )
-        for i in range(SWITCH_PORTS)
+        for i in range(ports_n)
     ]
     sw = SimSwitch(ports)
     for p in sw.ports:
@@ -452,8 +560,8 @@ def _switch() -> SimSwitch:
     return sw
 
 
-async def _child(http_port: int) -> None:
-    agent = await SimAgent(_switch()).start("127.0.0.1", 0)
+async def _child(http_port: int, ports_n: int, uplinks: int) -> None:
+    agent = await SimAgent(_switch(ports_n, uplinks)).start("127.0.0.1", 0)
     print(agent.port, flush=True)
     url = f"http://127.0.0.1:{http_port}/metrics"
     loop = asyncio.get_running_loop()
@@ -488,6 +596,12 @@ def rss_mib() -> tuple[float, float]:
     return fields["VmRSS"], fields["VmHWM"]
 
 
+def proc_cpu(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` (the child's agent and scraper)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def thread_cpu() -> dict[str, float]:
     """CPU seconds per live thread (by Python thread name) from /proc/self/task/*/schedstat."""
     names = {t.native_id: t.name for t in threading.enumerate()}
@@ -501,6 +615,31 @@ def thread_cpu() -> dict[str, float]:
         key = name.rstrip("0123456789").rstrip("-_") or name
         out[key] = out.get(key, 0.0) + ns / 1e9
     return out
+
+
+class GcClock:
+    """A ``gc.callbacks`` hook: thread-CPU seconds spent in collections, and full ones."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self.full = 0
+        self._t0 = 0.0
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._t0 = time.thread_time()
+            return
+        self.seconds += time.thread_time() - self._t0
+        self.full += info.get("generation") == 2
+
+
+def reference_cpu() -> float:
+    """CPU seconds of a fixed pure-Python workload: how fast this machine ran just now."""
+    t0 = time.thread_time()
+    acc: dict[int, float] = {}
+    for i in range(200_000):
+        acc[i & 1023] = acc.get(i & 1023, 0.0) + i * 0.5
+    return time.thread_time() - t0
 
 
 def _timed_ingest(store: SnapshotStore, acct: Accounts) -> None:
@@ -545,15 +684,13 @@ def _timed_tick_parts(daemon: Daemon, acct: Accounts) -> None:
 
 def scrape_cpu(daemon: Daemon, n: int = 5) -> tuple[float, int]:
     """(CPU seconds of one /metrics render, its size in bytes), rendered here ``n`` times."""
-    from prometheus_client import generate_latest
-
     web = daemon._web
     assert web is not None
     registry = web._registry
-    body = generate_latest(registry)
+    body = generate_text(registry)
     t0 = time.thread_time()
     for _ in range(n):
-        generate_latest(registry)
+        generate_text(registry)
     return (time.thread_time() - t0) / n, len(body)
 
 
@@ -572,73 +709,128 @@ class Window:
 
     seconds: float
     process_cpu: float
+    child_cpu: float
+    reference_cpu: float
     accounts: dict[str, float]
     threads: dict[str, float]
     series: int
-    rss: float
+    series_with_history: int
+    history_points: int
+    padded_points: int
+    rss_early: float
+    rss_end: float
+    rss_steady: float
     hwm: float
     rss_before_daemon: float
     collections: dict[str, int]
     scrape: tuple[float, int]
+    gc_seconds: float = 0.0
+    gc_full: int = 0
+
+    @property
+    def sim(self) -> float:
+        """Simulator CPU inside the daemon process (subtracted from it)."""
+        return sum(v for k, v in self.accounts.items() if k.startswith("sim:"))
+
+    @property
+    def daemon_cpu(self) -> float:
+        """The daemon's CPU seconds over the window."""
+        return self.process_cpu - self.sim
 
 
 async def measure(
-    snmp_port: int, http_port: int, warmup: float, seconds: float, profile: cProfile.Profile | None
+    shape: Shape,
+    *,
+    snmp_port: int,
+    http_port: int,
+    child_pid: int,
+    warmup: float,
+    seconds: float,
+    profile: cProfile.Profile | None,
 ) -> Window:
     """Run the daemon on a fresh simulated node; measure ``seconds`` after ``warmup``."""
     root = Path(tempfile.mkdtemp(prefix="fw-budget-"))
     daemon_task: asyncio.Task[int] | None = None
     daemon: Daemon | None = None
+    acct = Accounts()
     try:
-        acct = Accounts()
-        node = Node(root, acct)
-        registry = node.registry()
-        doc = node.config(snmp_port, http_port)
-        for name in registry:
-            doc["collectors"].setdefault(name, {"enabled": False})
-        config = parse_config(doc, registry, source="bench")
-        configure_logging(config.log.level, config.log.format)
-        rss_before, _ = rss_mib()
-        daemon = Daemon(config, registry, config_path=None, clock=Clock())
-        _timed_ingest(daemon.store, acct)
-        _timed_engine(daemon, acct)
-        daemon_task = asyncio.create_task(daemon.run())
-        if not await _until(lambda: daemon.engine is not None and daemon.supervisor.ready(), 30):
-            msg = "the daemon did not become ready"
-            raise RuntimeError(msg)
-        _timed_tick_parts(daemon, acct)
-        await asyncio.sleep(warmup)
-        states = {s.name: s.collections for s in daemon.supervisor.states}
-        a0, th0 = acct.snapshot(), thread_cpu()
-        c0 = time.process_time()
-        w0 = time.monotonic()
-        if profile is not None:
-            profile.enable()
-        await asyncio.sleep(seconds)
-        if profile is not None:
-            profile.disable()
-        c1 = time.process_time()
-        w1 = time.monotonic()
-        a1, th1 = acct.snapshot(), thread_cpu()
-        rss, hwm = rss_mib()
-        scrape = scrape_cpu(daemon)
-        down = [s.name for s in daemon.supervisor.states if not s.up]
-        if down:
-            print(f"WARNING: collectors down at the end: {down}")
-        return Window(
-            seconds=w1 - w0,
-            process_cpu=c1 - c0,
-            accounts={k: v - a0.get(k, 0.0) for k, v in a1.items()},
-            threads={k: v - th0.get(k, 0.0) for k, v in th1.items()},
-            series=len(daemon.store),
-            rss=rss,
-            hwm=hwm,
-            rss_before_daemon=rss_before,
-            scrape=scrape,
-            collections={
-                s.name: s.collections - states.get(s.name, 0) for s in daemon.supervisor.states
-            },
-        )
+        with loop_accounting(acct.nested):
+            node = Node(root, acct, shape)
+            registry = node.registry()
+            doc = node.config(snmp_port, http_port)
+            for name in registry:
+                doc["collectors"].setdefault(name, {"enabled": False})
+            config = parse_config(doc, registry, source="bench")
+            configure_logging(config.log.level, config.log.format)
+            rss_before, _ = rss_mib()
+            daemon = Daemon(config, registry, config_path=None, clock=Clock())
+            _timed_ingest(daemon.store, acct)
+            _timed_engine(daemon, acct)
+            daemon_task = asyncio.create_task(daemon.run())
+            ready = await _until(
+                lambda: (
+                    daemon is not None and daemon.engine is not None and daemon.supervisor.ready()
+                ),
+                30,
+            )
+            if not ready:
+                msg = "the daemon did not become ready"
+                raise RuntimeError(msg)
+            _timed_tick_parts(daemon, acct)
+            await asyncio.sleep(warmup)
+            states = {s.name: s.collections for s in daemon.supervisor.states}
+            ref = reference_cpu()
+            gc_clock = GcClock()
+            gc.callbacks.append(gc_clock)
+            rss_early, _ = rss_mib()
+            a0, th0 = acct.snapshot(), thread_cpu()
+            k0 = proc_cpu(child_pid)
+            c0 = time.process_time()
+            w0 = time.monotonic()
+            if profile is not None:
+                profile.enable()
+            await asyncio.sleep(seconds)
+            if profile is not None:
+                profile.disable()
+            c1 = time.process_time()
+            w1 = time.monotonic()
+            gc.callbacks.remove(gc_clock)
+            k1 = proc_cpu(child_pid)
+            a1, th1 = acct.snapshot(), thread_cpu()
+            rss_end, _ = rss_mib()
+            store = daemon.store
+            # Steady state: every history ring full. The rings are preallocated,
+            # so filling them must not move RSS; what does move is measured here.
+            padded = store.pad_history()
+            rss_steady, hwm = rss_mib()
+            with_history = [s for s in store if s.ring is not None]
+            scrape = scrape_cpu(daemon)
+            down = [s.name for s in daemon.supervisor.states if not s.up]
+            if down:
+                print(f"WARNING: collectors down at the end: {down}")
+            return Window(
+                seconds=w1 - w0,
+                process_cpu=c1 - c0,
+                child_cpu=k1 - k0,
+                reference_cpu=ref,
+                accounts={k: v - a0.get(k, 0.0) for k, v in a1.items()},
+                threads={k: v - th0.get(k, 0.0) for k, v in th1.items()},
+                series=len(store),
+                series_with_history=len(with_history),
+                history_points=sum(len(s.history) for s in with_history),
+                padded_points=padded,
+                rss_early=rss_early,
+                rss_end=rss_end,
+                rss_steady=rss_steady,
+                hwm=hwm,
+                rss_before_daemon=rss_before,
+                scrape=scrape,
+                gc_seconds=gc_clock.seconds,
+                gc_full=gc_clock.full,
+                collections={
+                    s.name: s.collections - states.get(s.name, 0) for s in daemon.supervisor.states
+                },
+            )
     finally:
         if daemon is not None and daemon_task is not None:
             daemon.request_stop()
@@ -650,98 +842,151 @@ async def measure(
 def _row(name: str, cpu: float, secs: float, note: str = "") -> None:
     share = cpu / secs
     print(
-        f"  {name:<34} {share * 100:7.3f} % of a core  {share / BUDGET_CPU:7.1%} of budget"
+        f"  {name:<40} {share * 100:7.3f} % of a core  {share / BUDGET_CPU:7.1%} of budget"
         f"  {cpu / secs * 1e3:7.3f} ms/s {note}"
     )
 
 
-def report(w: Window, *, profiled: bool) -> dict[str, float]:
-    """Print the window's figures; return the headline numbers."""
+def parts(w: Window) -> dict[str, float]:
+    """The window's CPU by part, ms/s."""
     secs = w.seconds
     a = w.accounts
-    sim = sum(v for k, v in a.items() if k.startswith("sim:"))
-    daemon = w.process_cpu - sim
+    out: dict[str, float] = {}
+    names = sorted({k.split(":", 1)[1] for k in a if k.startswith(("ingest:", "collect:"))})
+    names = sorted({n.removesuffix(" (thread)") for n in names} - {"engine", "alerting"})
+    for name in names:
+        out[f"{name}: collect + ingest"] = (
+            a.get(f"collect:{name}", 0.0)
+            + a.get(f"collect:{name} (thread)", 0.0)
+            + a.get(f"ingest:{name}", 0.0)
+        )
+    out["engine: tick + ingest"] = a.get("engine", 0.0) + a.get("ingest:engine", 0.0)
+    out["store.expire"] = a.get("expire", 0.0)
+    out["alerting: collect + ingest"] = a.get("alerting", 0.0) + a.get("ingest:alerting", 0.0)
+    scrape_each, _ = w.scrape
+    out[f"/metrics render every {SCRAPE_INTERVAL:g} s"] = scrape_each / SCRAPE_INTERVAL * secs
+    out["rest (event loop, supervisor, HTTP, GPU threads)"] = w.daemon_cpu - sum(out.values())
+    return {k: v / secs * 1e3 for k, v in out.items()}
+
+
+def report(shape: Shape, w: Window, *, profiled: bool) -> None:
+    """Print one window's figures."""
+    secs = w.seconds
     tag = " (PROFILED: cProfile overhead included, not comparable)" if profiled else ""
     print()
     print(
-        f"node daemon, {GPUS} x {GPU_MODEL} x 18 NVLinks, {NICS} NIC ports, {UPLINKS} switch "
-        f"uplinks (SNMP, {SWITCH_PORTS}-port leaf), {len(CKPT_DEVICES)} storage paths; "
-        f"1 s polling, engine + alerting on, /metrics every {SCRAPE_INTERVAL:g} s"
+        f"{shape.label}: {shape.describe()}; 1 s polling, engine + alerting on, "
+        f"/metrics every {SCRAPE_INTERVAL:g} s"
     )
     print(f"window {secs:.1f} s after warm-up; collections {w.collections}{tag}")
-    print(f"series in the store: {w.series}")
-    print()
-    _row("DAEMON CPU (process - simulators)", daemon, secs)
-    print("  of which:")
-    names = sorted(
-        {k.split(":", 1)[1] for k in a if k.startswith("ingest:")} - {"engine", "alerting"}
+    print(
+        f"series in the store: {w.series}, {w.series_with_history} with history "
+        f"({w.history_points} points once full; {w.padded_points} padded to fill the rings)"
     )
-    shared = 0.0
-    for name in names:
-        own = a.get(f"collect:{name}", 0.0) + a.get(f"collect:{name} (thread)", 0.0)
-        ing = a.get(f"ingest:{name}", 0.0)
-        shared += own + ing
-        _row(
-            f"{name}: collect + ingest",
-            own + ing,
-            secs,
-            f"(collect {own / secs * 1e3:.3f} + ingest {ing / secs * 1e3:.3f} ms/s)",
-        )
-    for key, label in (("engine", "engine: tick + ingest"), ("expire", "store.expire")):
-        shared += a.get(key, 0.0)
-        _row(label, a.get(key, 0.0), secs)
-    scrape_each, scrape_bytes = w.scrape
-    scrape = scrape_each / SCRAPE_INTERVAL * secs
-    alerting = a.get("alerting", 0.0) + a.get("ingest:alerting", 0.0)
-    shared += scrape + alerting
-    _row("alerting: collect + ingest", alerting, secs)
+    _row("DAEMON CPU (process - simulators)", w.daemon_cpu, secs)
     _row(
-        f"/metrics render every {SCRAPE_INTERVAL:g} s",
-        scrape,
+        "  of all that, garbage collection",
+        w.gc_seconds,
         secs,
-        f"({scrape_each * 1e3:.1f} ms per scrape, {scrape_bytes / 1024:.0f} KiB)",
+        f"({w.gc_full} full collections)",
     )
-    _row("rest (event loop, supervisor, HTTP, threads)", daemon - shared, secs)
+    print("  of which (collectors: their tasks, spawned tasks and socket callbacks):")
+    for name, ms in parts(w).items():
+        collector = name.split(":", 1)[0]
+        ingest = w.accounts.get(f"ingest:{collector}")
+        note = "" if ingest is None else f"(ingest {ingest / secs * 1e3:.3f} ms/s)"
+        _row(name, ms * secs / 1e3, secs, note)
     print("  threads (schedstat, simulators NOT subtracted):")
     for name, cpu in sorted(w.threads.items(), key=lambda kv: -kv[1]):
         if cpu > 0:
             _row(f"  thread {name}", cpu, secs)
-    print("  excluded simulator CPU:")
-    for k, v in sorted(a.items()):
+    print("  simulators (not in the daemon's figure):")
+    for k, v in sorted(w.accounts.items()):
         if k.startswith("sim:"):
-            _row(f"  {k}", v, secs)
-    print()
+            _row(f"  {k} (in process)", v, secs)
+    _row("  SNMP agent + scraper (child process)", w.child_cpu, secs)
     print(
-        f"  RSS {w.rss:6.1f} MiB ({w.rss / BUDGET_RSS_MIB:6.1%} of the 80 MiB budget), "
-        f"peak {w.hwm:.1f} MiB ({w.hwm / BUDGET_RSS_MIB:.1%}); before the daemon was built "
-        f"(interpreter, imports, simulators): {w.rss_before_daemon:.1f} MiB"
+        f"  RSS early {w.rss_early:.1f} MiB, at the end {w.rss_end:.1f} MiB, "
+        f"history full {w.rss_steady:.1f} MiB ({w.rss_steady / BUDGET_RSS_MIB:.1%} of 80 MiB), "
+        f"peak {w.hwm:.1f} MiB; before the daemon was built: {w.rss_before_daemon:.1f} MiB"
     )
-    print("budget (DESIGN.md): CPU < 1 % of one core, RSS < 80 MiB")
-    return {"cpu_ratio": daemon / secs / BUDGET_CPU, "rss_ratio": w.hwm / BUDGET_RSS_MIB}
 
 
-def main() -> None:
-    """Parse arguments; run the child or the measurement."""
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    ap.add_argument("--warmup", type=float, default=15.0, help="seconds before measuring")
-    ap.add_argument("--seconds", type=float, default=60.0, help="measured window")
-    ap.add_argument("--profile", type=Path, default=None, help="write a cProfile here")
-    ap.add_argument("--json", type=Path, default=None, help="write the headline ratios here")
-    ap.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)
-    args = ap.parse_args()
-    if args.child is not None:
-        with contextlib.suppress(KeyboardInterrupt):
-            asyncio.run(_child(args.child))
-        return
-    prof = cProfile.Profile() if args.profile is not None else None
+def _median(xs: Sequence[float]) -> float:
+    return statistics.median(xs)
+
+
+def run_shape(
+    shape: Shape,
+    runs: int,
+    warmup: float,
+    seconds: float,
+    profile: cProfile.Profile | None,
+    *,
+    no_gc_freeze: bool = False,
+) -> list[Window]:
+    """``runs`` fresh daemons on one shape, each in a fresh process (RSS is per process:
+    a second daemon in the same interpreter would start from the first one's heap)."""
+    if profile is not None:
+        return _run_here(shape, runs, warmup, seconds, profile)
+    out: list[Window] = []
+    for _ in range(runs):
+        job = {
+            "shape": asdict(shape),
+            "warmup": warmup,
+            "seconds": seconds,
+            "no_gc_freeze": no_gc_freeze,
+        }
+        proc = subprocess.run(
+            [sys.executable, __file__, "--run", json.dumps(job)],
+            capture_output=True,
+            text=True,
+            timeout=warmup + seconds + 180,
+            check=False,
+        )
+        sys.stdout.write(proc.stderr)
+        lines = proc.stdout.strip().splitlines()
+        if proc.returncode != 0 or not lines:
+            msg = f"measurement run failed ({proc.returncode}): {proc.stdout[-2000:]}"
+            raise RuntimeError(msg)
+        sys.stdout.write("\n".join(lines[:-1]) + ("\n" if len(lines) > 1 else ""))
+        out.append(Window(**json.loads(lines[-1])))
+    return out
+
+
+def _run_here(
+    shape: Shape, runs: int, warmup: float, seconds: float, profile: cProfile.Profile | None
+) -> list[Window]:
+    """``runs`` daemons in this process against one child (agent + scraper)."""
     http_port = free_tcp_port()
     child = subprocess.Popen(
-        [sys.executable, __file__, "--child", str(http_port)], stdout=subprocess.PIPE, text=True
+        [
+            sys.executable,
+            __file__,
+            "--child",
+            json.dumps([http_port, shape.switch_ports, shape.uplinks]),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
     )
+    out: list[Window] = []
     try:
         assert child.stdout is not None
         snmp_port = int(child.stdout.readline())
-        window = asyncio.run(measure(snmp_port, http_port, args.warmup, args.seconds, prof))
+        for _ in range(runs):
+            out.append(
+                asyncio.run(
+                    measure(
+                        shape,
+                        snmp_port=snmp_port,
+                        http_port=http_port,
+                        child_pid=child.pid,
+                        warmup=warmup,
+                        seconds=seconds,
+                        profile=profile,
+                    )
+                )
+            )
     finally:
         child.terminate()
         try:
@@ -749,13 +994,130 @@ def main() -> None:
         except subprocess.TimeoutExpired:
             child.kill()
             child.wait(5)
-    head = report(window, profiled=prof is not None)
+    return out
+
+
+def summary(shape: Shape, ws: Sequence[Window]) -> dict[str, Any]:
+    """min / median / max over runs of one shape, as ratios to the budgets."""
+    cpu = [w.daemon_cpu / w.seconds for w in ws]
+    rss = [w.rss_steady for w in ws]
+    sim = [w.sim / w.seconds for w in ws]
+    ref = [w.reference_cpu for w in ws]
+    med = sorted(ws, key=lambda w: w.daemon_cpu / w.seconds)[len(ws) // 2]
+    return {
+        "shape": shape.label,
+        "describe": shape.describe(),
+        "runs": len(ws),
+        "cpu_ms_s": {"min": min(cpu) * 1e3, "median": _median(cpu) * 1e3, "max": max(cpu) * 1e3},
+        "cpu_ratio": _median(cpu) / BUDGET_CPU,
+        "cpu_ratio_min": min(cpu) / BUDGET_CPU,
+        "rss_early_mib": _median([w.rss_early for w in ws]),
+        "rss_steady_mib": {"min": min(rss), "median": _median(rss), "max": max(rss)},
+        "rss_steady_ratio": _median(rss) / BUDGET_RSS_MIB,
+        "sim_ms_s": {"min": min(sim) * 1e3, "median": _median(sim) * 1e3, "max": max(sim) * 1e3},
+        "child_ms_s": _median([w.child_cpu / w.seconds for w in ws]) * 1e3,
+        "reference_spread": max(ref) / min(ref) if min(ref) > 0 else math.inf,
+        "series": med.series,
+        "series_with_history": med.series_with_history,
+        "parts_ms_s": parts(med),
+    }
+
+
+def print_summary(s: dict[str, Any]) -> None:
+    """One shape's min/median line."""
+    c, r, sim = s["cpu_ms_s"], s["rss_steady_mib"], s["sim_ms_s"]
+    print(
+        f"\n{s['shape']} ({s['runs']} runs): daemon CPU min {c['min']:.2f} / median "
+        f"{c['median']:.2f} ms/s = {s['cpu_ratio']:.2f}x of the 10 ms/s budget "
+        f"(min {s['cpu_ratio_min']:.2f}x); RSS history full min {r['min']:.1f} / median "
+        f"{r['median']:.1f} MiB = {s['rss_steady_ratio']:.2f}x of 80 MiB "
+        f"(early {s['rss_early_mib']:.1f} MiB)"
+    )
+    print(
+        f"  simulators in process min {sim['min']:.2f} / median {sim['median']:.2f} / max "
+        f"{sim['max']:.2f} ms/s (excluded); SNMP agent + scraper child {s['child_ms_s']:.2f} "
+        f"ms/s; reference workload spread across runs {s['reference_spread']:.2f}x "
+        "(CPU noise of the shared machine)"
+    )
+
+
+def main() -> None:
+    """Parse arguments; run the child or the measurement."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    ap.add_argument("--warmup", type=float, default=15.0, help="seconds before measuring")
+    ap.add_argument("--seconds", type=float, default=60.0, help="measured window")
+    ap.add_argument("--runs", type=int, default=3, help="runs of the DESIGN node (min/median)")
+    ap.add_argument(
+        "--scaling-seconds",
+        type=float,
+        default=20.0,
+        help="measured window of each scaling-table run (0: no scaling table)",
+    )
+    ap.add_argument("--profile", type=Path, default=None, help="write a cProfile here")
+    ap.add_argument(
+        "--json", action="store_true", help="print the headline ratios as one JSON line last"
+    )
+    ap.add_argument("--results", type=Path, default=None, help="write every figure here (JSON)")
+    ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--run", default=None, help=argparse.SUPPRESS)
+    ap.add_argument(
+        "--no-gc-freeze", action="store_true", help="A/B: the daemon without gc.freeze()"
+    )
+    args = ap.parse_args()
+    if args.run is not None:
+        job = json.loads(args.run)
+        if job.get("no_gc_freeze"):
+            # A/B of the daemon's gc.freeze() after start-up (measurement only).
+            setattr(gc, "freeze", lambda: None)  # noqa: B010 - patched for the A/B run only
+        (w,) = _run_here(Shape(**job["shape"]), 1, job["warmup"], job["seconds"], None)
+        print(json.dumps(asdict(w)))
+        return
+    if args.child is not None:
+        http_port, ports_n, uplinks = json.loads(args.child)
+        with contextlib.suppress(KeyboardInterrupt):
+            asyncio.run(_child(http_port, ports_n, uplinks))
+        return
+    prof = cProfile.Profile() if args.profile is not None else None
+    windows = run_shape(
+        DESIGN, args.runs, args.warmup, args.seconds, prof, no_gc_freeze=args.no_gc_freeze
+    )
+    for w in windows:
+        report(DESIGN, w, profiled=prof is not None)
+    head = summary(DESIGN, windows)
+    print_summary(head)
+    table: list[dict[str, Any]] = []
+    if args.scaling_seconds > 0:
+        for shape in SCALING:
+            if shape == DESIGN:
+                table.append(head)
+                continue
+            ws = run_shape(shape, 1, min(args.warmup, 10.0), args.scaling_seconds, None)
+            report(shape, ws[0], profiled=False)
+            table.append(summary(shape, ws))
+        print("\nscaling (one run each, except the DESIGN node's median):")
+        print(f"  {'shape':<24} {'CPU ms/s':>9} {'x budget':>9} {'RSS MiB':>8} {'x budget':>9}")
+        for s in table:
+            print(
+                f"  {s['shape']:<24} {s['cpu_ms_s']['median']:9.2f} {s['cpu_ratio']:9.2f} "
+                f"{s['rss_steady_mib']['median']:8.1f} {s['rss_steady_ratio']:9.2f}"
+            )
+    print(
+        "\nbudget (DESIGN.md): CPU < 1 % of one core (10 ms/s), RSS < 80 MiB at steady state "
+        "(history full); switch mode: a 512-port switch < 10 % of a core. CPU figures are CPU "
+        "time on a shared 2-core machine: compare them as ratios within this run."
+    )
     if prof is not None:
         prof.dump_stats(str(args.profile))
         print()
         pstats.Stats(prof).sort_stats("tottime").print_stats(30)
-    if args.json is not None:
-        args.json.write_text(json.dumps(head) + "\n")
+    if args.results is not None:
+        args.results.write_text(json.dumps({"design": head, "scaling": table}, indent=1) + "\n")
+    if args.json:
+        print(
+            json.dumps(
+                {"cpu_ratio": head["cpu_ratio"], "rss_steady_ratio": head["rss_steady_ratio"]}
+            )
+        )
 
 
 if __name__ == "__main__":

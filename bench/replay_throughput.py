@@ -13,17 +13,30 @@ this process, on CPU time:
 * reference: the strict parser alone (every line through the full regex);
 * reference: the live path (same readings straight into store + engine);
 * replay: parse + map + sort, then store + engine (and, separately, the
-  store's share: the same per-tick batches into a store without engine).
+  store's share: the same per-tick batches into a store without engine);
+* ``--jobs N`` (default 2): the same replay with the engine part split over N
+  worker processes (:mod:`fabricwatch.engine.replay_jobs`), on wall-clock time
+  against the single process, checked to give the same transitions, and the
+  speed-up projected for N free cores from the workers' own CPU time;
+* side by side: ``promtool tsdb create-blocks-from openmetrics`` backfilling
+  the same file (its CPU from ``getrusage`` of children, and wall time).
 
-Budget (DESIGN.md): >= 10 node-hours per CPU-second.
+Budget (DESIGN.md): >= 10 node-hours per CPU-second. The machine is shared:
+compare the figures as ratios within one run.
 """
 
 from __future__ import annotations
 
 import argparse
 import io
+import json
 import math
+import resource
+import shutil
+import subprocess
+import tempfile
 import time
+from pathlib import Path
 
 from fabricwatch.engine.replay import (
     Mapper,
@@ -33,6 +46,7 @@ from fabricwatch.engine.replay import (
     run_replay,
     write_openmetrics,
 )
+from fabricwatch.engine.replay_jobs import run_parallel
 from fabricwatch.engine.scenarios import Injection, Scenario, flatten, run_live
 from fabricwatch.engine.signals import ENGINE_FAMILIES
 from fabricwatch.readings import Reading
@@ -44,6 +58,30 @@ def cpu(fn: object) -> float:
     t0 = time.process_time()
     fn()  # type: ignore[operator]
     return time.process_time() - t0
+
+
+def children_cpu() -> float:
+    """CPU seconds of this process's waited-for children so far."""
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
+def promtool_backfill(text: str) -> tuple[float, float] | None:
+    """(CPU s, wall s) of ``promtool tsdb create-blocks-from openmetrics`` on ``text``."""
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        return None
+    with tempfile.TemporaryDirectory(prefix="fw-replay-bench-") as tmp:
+        src = Path(tmp) / "node.om"
+        src.write_text(text)
+        c0, w0 = children_cpu(), time.monotonic()
+        subprocess.run(
+            [promtool, "tsdb", "create-blocks-from", "openmetrics", str(src), str(Path(tmp) / "b")],
+            check=True,
+            capture_output=True,
+            timeout=600,
+        )
+        return children_cpu() - c0, time.monotonic() - w0
 
 
 def tick_batches(samples: list[Sample]) -> list[tuple[float, list[Reading]]]:
@@ -60,6 +98,8 @@ def tick_batches(samples: list[Sample]) -> list[tuple[float, list[Reading]]]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--hours", type=float, default=2.0)
+    ap.add_argument("--jobs", type=int, default=2, help="worker processes for the parallel run")
+    ap.add_argument("--results", type=Path, default=None, help="write the figures here (JSON)")
     args = ap.parse_args()
     duration = int(args.hours * 3600)
     inj = [Injection("pfc_storm", t, 40) for t in range(600, duration - 300, 1800)]
@@ -97,6 +137,22 @@ def main() -> None:
     def rate(seconds: float) -> float:
         return hours / seconds if seconds > 0 else float("inf")
 
+    # Wall clock: one process vs --jobs N over the same sorted samples (the
+    # parse is the same serial step in both and is added to both).
+    w0 = time.monotonic()
+    one = run_replay(samples)
+    one_wall = time.monotonic() - w0
+    k0, w0, c0 = children_cpu(), time.monotonic(), time.process_time()
+    par = run_parallel(samples, jobs=args.jobs)
+    par_wall = time.monotonic() - w0
+    par_cpu = time.process_time() - c0 + children_cpu() - k0
+    assert par.transitions == one.transitions, "--jobs and one process disagree"
+    serial = parse_s + sort_s
+    speedup = (serial + one_wall) / (serial + par_wall)
+    # N free cores: the parent's own part plus the slowest span (spans are equal).
+    projected = (serial + engine_s) / (serial + par_cpu / max(par.spans, 1))
+    backfill = promtool_backfill(text)
+
     print(
         f"{hours:.1f} node-hours, {n:,} samples ({n / duration:.0f}/s), "
         f"{len(text) / 1e6:.0f} MB text"
@@ -127,6 +183,35 @@ def main() -> None:
         f"({'met' if rate(replay_s) >= BUDGET else 'NOT met'}; "
         f"{rate(replay_s) / BUDGET:.2f}x of budget)"
     )
+    print(
+        f"--jobs {args.jobs}: {par.spans} span(s), same transitions as one process; wall "
+        f"{serial + par_wall:.2f} s vs {serial + one_wall:.2f} s = {speedup:.2f}x speed-up on "
+        f"this machine; {par_cpu:.2f} CPU s in all (one process: {engine_s:.2f}); projected "
+        f"with {args.jobs} free cores: {projected:.2f}x ({rate(replay_s) * projected:.2f} "
+        "node-hours per wall-second)"
+    )
+    figures: dict[str, float | None] = {
+        "hours": hours,
+        "node_hours_per_cpu_s": rate(replay_s),
+        "budget_ratio": rate(replay_s) / BUDGET,
+        "jobs": float(args.jobs),
+        "spans": float(par.spans),
+        "wall_speedup": speedup,
+        "projected_speedup": projected,
+        "promtool_node_hours_per_cpu_s": None,
+    }
+    if backfill is None:
+        print("promtool not found: no side-by-side backfill figure")
+    else:
+        b_cpu, b_wall = backfill
+        figures["promtool_node_hours_per_cpu_s"] = rate(b_cpu)
+        print(
+            f"promtool tsdb create-blocks-from openmetrics, same file: {b_cpu:.2f} CPU s "
+            f"({rate(b_cpu):.2f} node-hours per CPU-second), {b_wall:.2f} s wall; replay is "
+            f"{rate(replay_s) / rate(b_cpu):.2f}x its throughput per CPU-second"
+        )
+    if args.results is not None:
+        args.results.write_text(json.dumps(figures, indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ produce spikes or negative intervals.
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -214,3 +214,119 @@ class CounterTracker:
         for k in old:
             del self._states[k]
         return len(old)
+
+
+class FamilyCounters:
+    """Rate state of a whole family of counters polled together, in one fixed order.
+
+    The columnar twin of :class:`CounterState` for many-series families
+    (NVLink per-link bytes and errors, per-priority PFC): one call per poll
+    updates every series, with state in parallel lists instead of one object
+    per series. Its results equal ``CounterState.update`` series by series
+    (a property test compares them over wraps, resets, gaps and slow refresh).
+    """
+
+    __slots__ = (
+        "_change_ts",
+        "_epoch",
+        "_last_rate",
+        "_moved",
+        "_refresh",
+        "_total",
+        "_ts",
+        "_value",
+        "bits",
+        "settings",
+    )
+
+    def __init__(self, settings: TrackerSettings, bits: int = 64) -> None:
+        self.settings = settings
+        self.bits = bits
+        self._value: list[float] = []
+        self._ts: list[float] = []
+        self._epoch: list[int | None] = []
+        self._change_ts: list[float] = []
+        self._refresh: list[float | None] = []
+        self._last_rate: list[float] = []
+        self._total: list[float] = []
+        self._moved: list[bool] = []
+
+    def __len__(self) -> int:
+        return len(self._value)
+
+    @property
+    def totals(self) -> list[float]:
+        """Each series' unwrapped running total (read-only)."""
+        return self._total
+
+    def add(self, value: float, ts: float, epoch: int | None = None) -> int:
+        """Append a series seen for the first time; return its index."""
+        self._value.append(value)
+        self._ts.append(ts)
+        self._epoch.append(epoch)
+        self._change_ts.append(ts)
+        self._refresh.append(None)
+        self._last_rate.append(0.0)
+        self._total.append(value)
+        self._moved.append(False)
+        return len(self._value) - 1
+
+    def update(
+        self, values: Sequence[float], ts: float, epoch: int | None = None
+    ) -> list[Rate | None]:
+        """One poll of every series (``values`` in index order, finite and >= 0)."""
+        settings = self.settings
+        gap_after = settings.gap_after
+        hold_factor = settings.hold_factor
+        max_hold = settings.max_hold
+        modulus = 1 << self.bits
+        half = modulus / 2
+        vals, tss, epochs = self._value, self._ts, self._epoch
+        change, refreshes, last_rates = self._change_ts, self._refresh, self._last_rate
+        totals, moved = self._total, self._moved
+        out: list[Rate | None] = []
+        push = out.append
+        for i, value in enumerate(values):
+            dt = ts - tss[i]
+            if dt <= 0:
+                push(None)
+                continue
+            prev = vals[i]
+            delta = value - prev
+            if epoch != epochs[i] or (
+                delta < 0 and not (prev >= half and 0 <= value + modulus - prev < half)
+            ):
+                # A reset (see CounterState._reset).
+                vals[i] = value
+                tss[i] = ts
+                epochs[i] = epoch
+                change[i] = ts
+                moved[i] = False
+                last_rates[i] = 0.0
+                totals[i] += value
+                push(None)
+                continue
+            if delta < 0:
+                delta = value + modulus - prev
+            vals[i] = value
+            tss[i] = ts
+            totals[i] += delta
+            since_change = ts - change[i]
+            refresh = refreshes[i]
+            hold = hold_factor * (dt if refresh is None else refresh)
+            hold = max_hold if max_hold < hold else hold
+            if delta == 0:
+                if moved[i] and since_change <= hold:
+                    push(_new_rate(Rate, (last_rates[i], since_change, True, False)))
+                else:
+                    push(_new_rate(Rate, (0.0, dt, False, dt > gap_after)))
+                continue
+            interval = since_change if since_change <= (dt if hold < dt else hold) else dt
+            per_second = delta / interval
+            if moved[i] and interval <= max_hold:
+                refreshes[i] = interval if refresh is None or interval < refresh else refresh
+            change[i] = ts
+            last_rates[i] = per_second
+            moved[i] = True
+            push(_new_rate(Rate, (per_second, interval, False, interval > gap_after)))
+        return out

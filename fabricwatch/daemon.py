@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import os
 import resource
 import signal
@@ -29,9 +30,11 @@ from fabricwatch.config import (
     split_listen,
 )
 from fabricwatch.counters import TrackerSettings
+from fabricwatch.engine import signals as engine_signals
 from fabricwatch.engine.core import Engine
 from fabricwatch.engine.db import STATE_METRICS, IncidentDB
 from fabricwatch.engine.incidents import IncidentTransition, to_json
+from fabricwatch.engine.signals import ENGINE_FAMILIES
 from fabricwatch.errors import (
     ConfigError,
     ExitCode,
@@ -48,6 +51,16 @@ from fabricwatch.settings import parse_duration
 from fabricwatch.store import SnapshotStore
 from fabricwatch.supervisor import StartupFailedError, Supervisor
 from fabricwatch.webconfig import WebConfig, load_web_config
+
+_GPU_SIGNALS = frozenset(
+    (
+        engine_signals.GPU_SM,
+        engine_signals.GPU_POWER,
+        engine_signals.GPU_UTIL,
+        engine_signals.GPU_HEALTHY,
+    )
+)
+"""Families from which the engine learns that a GPU exists and works."""
 
 log = structlog.get_logger("fabricwatch.daemon")
 
@@ -134,6 +147,8 @@ class Daemon:
             history=config.store.history,
             stale_after=config.store.stale_after,
             tracker=TrackerSettings(gap_after=config.store.gap_after),
+            # Only the engine reads history; /metrics and MQTT read latest values.
+            history_families=ENGINE_FAMILIES,
         )
         self.supervisor = self._new_supervisor(config)
         self._stop = asyncio.Event()
@@ -166,6 +181,13 @@ class Daemon:
                 continue
             collector: Collector = self._registry[name].build(settings, env)
             sup.add(collector, settings)
+        # History feeds only the engine's evidence, and the engine opens
+        # incidents only for GPUs it sees working: a poller without GPU work
+        # signals (a whole switch in switch mode) keeps latest values only.
+        gpu_fed = not _GPU_SIGNALS.isdisjoint(self.store.specs())
+        self.store.set_history_families(
+            ENGINE_FAMILIES if gpu_fed and self.engine is not None else ()
+        )
         return sup
 
     # -- lifecycle ----------------------------------------------------------
@@ -245,6 +267,10 @@ class Daemon:
                 log.error("startup_failed", error=str(exc))
                 return EXIT_STARTUP
             await self._wait_first_attempts()
+            # Start-up objects (modules, config, collectors' tables) live as
+            # long as the process: keep them out of every later collection.
+            gc.collect()
+            gc.freeze()
             self._tasks.append(asyncio.create_task(self._tick_loop(), name="tick"))
             if self._notifier.watchdog_usec:
                 self._tasks.append(asyncio.create_task(self._watchdog_loop(), name="watchdog"))
@@ -255,6 +281,7 @@ class Daemon:
         finally:
             self._notifier.stopping()
             await self._shutdown()
+            gc.unfreeze()  # a daemon run inside a larger process (tests) leaves nothing pinned
             for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
                 loop.remove_signal_handler(sig)
         return EXIT_OK

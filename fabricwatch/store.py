@@ -5,22 +5,31 @@ Collectors' readings land here (counters through the one
 engine only read. Memory is bounded by configuration: each series keeps at
 most ``history`` points, and series not refreshed for ``stale_after`` seconds
 are dropped (a NIC unplugged, a GPU lost).
+
+History is packed: one preallocated ``array('d')`` ring of (ts, value)
+pairs per series (16 bytes a point, no per-point Python object for the
+garbage collector to walk), and only for the families a reader of history
+names (``history_families``: the engine's); ``/metrics`` and MQTT read the
+latest value only. A ring is allocated full-size when its series is created,
+so the store's memory at start-up is already its steady-state memory.
 """
 
 from __future__ import annotations
 
 import math
-from collections import deque
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from array import array
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from itertools import chain
+from typing import NamedTuple, overload
 
 from fabricwatch.counters import CounterState, Rate, TrackerSettings
 from fabricwatch.readings import HistogramValue, MetricKind, MetricSpec, Reading
 
 SeriesKey = tuple[str, tuple[str, ...]]
-_Route = tuple[MetricSpec, dict[tuple[str, ...], "Series"], bool]
-"""(spec, the family's series by labels, whether it is a counter), per family a collector feeds."""
+_Route = tuple[MetricSpec, dict[tuple[str, ...], "Series"], bool, bool]
+"""(spec, the family's series by labels, whether it is a counter, whether it keeps history),
+per family a collector feeds."""
 
 
 class Point(NamedTuple):
@@ -30,6 +39,83 @@ class Point(NamedTuple):
     value: float
 
 
+_new_point = tuple.__new__  # Point(...) without NamedTuple's Python-level __new__
+
+
+class History(Sequence[Point]):
+    """Read-only view of one series' history ring: points oldest first.
+
+    A view made on each access of :attr:`Series.history`; it reads the ring in
+    place (the store's next ingest may overwrite the oldest point).
+    """
+
+    __slots__ = ("_n", "_order")
+
+    def __init__(self, ring: array[float] | None, head: int, full: bool) -> None:
+        if ring is None:
+            self._order: tuple[array[float], int, int] | None = None
+            self._n = 0
+        else:
+            self._order = (ring, head, len(ring) if full else head)
+            self._n = (len(ring) if full else head) // 2
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __bool__(self) -> bool:
+        return self._n > 0
+
+    def _index(self, i: int) -> int:
+        """Float offset of the i-th point (0 = oldest) in the ring."""
+        assert self._order is not None
+        ring, head, used = self._order
+        if used < len(ring):  # not wrapped yet: the oldest point is at 0
+            return 2 * i
+        off = head + 2 * i
+        return off - used if off >= used else off
+
+    @overload
+    def __getitem__(self, index: int) -> Point: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[Point]: ...
+    def __getitem__(self, index: int | slice) -> Point | Sequence[Point]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(self._n))]
+        if index < 0:
+            index += self._n
+        if not 0 <= index < self._n:
+            msg = "history index out of range"
+            raise IndexError(msg)
+        assert self._order is not None
+        ring = self._order[0]
+        k = self._index(index)
+        return _new_point(Point, (ring[k], ring[k + 1]))
+
+    def _offsets(self, newest_first: bool) -> Iterable[int]:
+        if self._order is None:
+            return ()
+        ring, head, used = self._order
+        if used < len(ring):
+            return range(used - 2, -1, -2) if newest_first else range(0, used, 2)
+        if newest_first:
+            return chain(range(head - 2, -1, -2), range(used - 2, head - 1, -2))
+        return chain(range(head, used, 2), range(0, head, 2))
+
+    def __iter__(self) -> Iterator[Point]:
+        if self._order is None:
+            return
+        ring = self._order[0]
+        for k in self._offsets(False):
+            yield _new_point(Point, (ring[k], ring[k + 1]))
+
+    def __reversed__(self) -> Iterator[Point]:
+        if self._order is None:
+            return
+        ring = self._order[0]
+        for k in self._offsets(True):
+            yield _new_point(Point, (ring[k], ring[k + 1]))
+
+
 @dataclass(slots=True)
 class Series:
     """State of one series. Read-only outside the store.
@@ -37,8 +123,15 @@ class Series:
     Attributes:
         value: latest gauge value, or a counter's unwrapped running total.
         rate: a counter's latest rate (None for gauges or before two samples).
-        history: recent points; for counters, rates.
+        history: recent points, oldest first; for counters, rates (empty for
+            families the store keeps no history of).
         updated: monotonic time of the latest reading.
+        ring: the packed history ring (ts, value, ts, value, ...), or None;
+            written by the store only.
+        head: float offset in ``ring`` of the next point to write.
+        full: whether the ring has wrapped (every slot holds a point).
+        text_prefix: the exposition's rendered sample prefix (name and
+            labels), cached here by ``/metrics`` so it dies with the series.
     """
 
     spec: MetricSpec
@@ -46,10 +139,18 @@ class Series:
     collector: str
     value: float
     updated: float
-    history: deque[Point]
+    ring: array[float] | None
+    head: int = 0
+    full: bool = False
     rate: Rate | None = None
     histogram: HistogramValue | None = None
     counter: CounterState | None = None
+    text_prefix: str | None = None
+
+    @property
+    def history(self) -> History:
+        """Recent points, oldest first (a view; see :class:`History`)."""
+        return History(self.ring, self.head, self.full)
 
     def label_map(self) -> dict[str, str]:
         """Labels as a name -> value mapping (allocates; not for hot paths)."""
@@ -81,13 +182,21 @@ class SnapshotStore:
         history: int = 600,
         stale_after: float = 300.0,
         tracker: TrackerSettings | None = None,
+        history_families: Collection[str] | None = None,
     ) -> None:
+        """``history_families``: the families whose series keep a history ring
+        (None: every family)."""
         if history < 1:
             msg = "history must be >= 1"
             raise ValueError(msg)
         self._history = history
         self._stale_after = stale_after
         self._tracker = tracker or TrackerSettings()
+        self._history_families = None if history_families is None else frozenset(history_families)
+        self._blank = array("d", (0.0, 0.0)) * history  # copied for each new ring
+        # A lower bound of every series' ``updated``: expire() scans only when
+        # some series may be older than its cutoff (it runs every tick).
+        self._oldest = math.inf
         self._specs: dict[str, MetricSpec] = {}
         self._owners: dict[str, set[str]] = {}
         self._series: dict[SeriesKey, Series] = {}
@@ -113,13 +222,37 @@ class SnapshotStore:
         self._routes.clear()
 
     def _route(self, collector: str) -> dict[str, _Route]:
+        keep = self._history_families
         routes = {
-            name: (spec, self._by_name[name], spec.kind is MetricKind.COUNTER)
+            name: (
+                spec,
+                self._by_name[name],
+                spec.kind is MetricKind.COUNTER,
+                keep is None or name in keep,
+            )
             for name, spec in self._specs.items()
             if collector in self._owners[name]
         }
         self._routes[collector] = routes
         return routes
+
+    def set_history_families(self, names: Collection[str] | None) -> None:
+        """Keep history for these families from now on (None: every family).
+
+        Series that exist already keep (or lack) their ring until they expire.
+        """
+        self._history_families = None if names is None else frozenset(names)
+        self._routes.clear()
+
+    @property
+    def history_size(self) -> int:
+        """Points each history ring holds."""
+        return self._history
+
+    def keeps_history(self, name: str) -> bool:
+        """Whether series of family ``name`` keep a history ring."""
+        keep = self._history_families
+        return keep is None or name in keep
 
     def specs(self) -> Mapping[str, MetricSpec]:
         """Every registered family by name."""
@@ -137,11 +270,12 @@ class SnapshotStore:
             routes = self._route(collector)
         series_map = self._series
         tracker = self._tracker
-        history = self._history
+        ring_floats = 2 * self._history
+        blank = self._blank
         histogram = MetricKind.HISTOGRAM
         isfinite = math.isfinite
-        new_point = tuple.__new__  # Point(...) without NamedTuple's Python-level __new__
         accepted = 0
+        oldest = self._oldest
         # Readings are unpacked, not read by attribute: it is the hottest loop
         # of the daemon (thousands of readings per second). The label count
         # is checked when a series is created: an existing series was found
@@ -154,17 +288,19 @@ class SnapshotStore:
             if not isfinite(value):
                 result.reject("not_finite")
                 continue
-            spec, family, is_counter = route
+            spec, family, is_counter, keep = route
             ts = now if r_ts is None else r_ts
             s = family.get(labels)
             if s is None:
                 if len(labels) != len(spec.labels):
                     result.reject("labels")
                     continue
-                s = Series(spec, labels, collector, value, ts, deque(maxlen=history))
+                s = Series(spec, labels, collector, value, ts, blank[:] if keep else None)
                 series_map[(name, labels)] = s
                 family[labels] = s
             s.updated = ts
+            if ts < oldest:  # noqa: PLR1730 - cheaper than min() on the hottest loop
+                oldest = ts
             if is_counter:
                 if value < 0:  # finite already: this is valid_sample()
                     result.reject("negative")
@@ -177,25 +313,70 @@ class SnapshotStore:
                     rate = cs.update(value, ts, tracker, spec.bits, epoch)
                 s.value = cs.total
                 s.rate = rate
-                if rate is not None:
-                    s.history.append(new_point(Point, (ts, rate.per_second)))
+                if rate is None:
+                    accepted += 1
+                    continue
+                point = rate.per_second
             else:
-                s.value = value
+                s.value = point = value
                 if spec.kind is histogram:
                     s.histogram = hist
-                s.history.append(new_point(Point, (ts, value)))
+            ring = s.ring
+            if ring is not None:
+                # Inline ring write: a method call per point would cost more
+                # than the write itself on this path.
+                h = s.head
+                ring[h] = ts
+                ring[h + 1] = point
+                h += 2
+                if h == ring_floats:
+                    h = 0
+                    s.full = True
+                s.head = h
             accepted += 1
         result.accepted = accepted
+        self._oldest = oldest
         return result
 
     def expire(self, now: float) -> int:
         """Drop series not updated for ``stale_after`` seconds; return how many."""
         cutoff = now - self._stale_after
+        if cutoff <= self._oldest:
+            return 0  # no series is older than the oldest one seen: nothing to scan
         old = [k for k, s in self._series.items() if s.updated < cutoff]
         for key in old:
             del self._series[key]
             del self._by_name[key[0]][key[1]]
+        self._oldest = min((s.updated for s in self._series.values()), default=math.inf)
         return len(old)
+
+    def pad_history(self) -> int:
+        """Fill every history ring to capacity with copies of its oldest point.
+
+        For benchmarks and tests that measure memory at steady state (history
+        full) without waiting ``history`` x interval seconds. Returns the
+        points added. The rings are preallocated, so this must not change RSS.
+        """
+        added = 0
+        for s in self._series.values():
+            ring = s.ring
+            if ring is None or s.full or s.head == 0:
+                continue
+            # Shift the points to the end of the ring and repeat the oldest
+            # one before them, a little older each time.
+            used = s.head
+            points = ring[:used]
+            first_ts, first_v = points[0], points[1]
+            n_pad = (len(ring) - used) // 2
+            pad = array("d")
+            for k in range(n_pad, 0, -1):
+                pad.append(first_ts - k * 1e-6)
+                pad.append(first_v)
+            ring[:] = pad + points
+            s.head = 0
+            s.full = True
+            added += n_pad
+        return added
 
     def get(self, name: str, labels: tuple[str, ...]) -> Series | None:
         """One series, or None."""

@@ -615,15 +615,23 @@ class GpuCollector:
             out.append(Reading(REMAPPED_ROWS.name, (gl, "correctable"), s.remapped_correctable))
         if s.remapped_uncorrectable is not None:
             out.append(Reading(REMAPPED_ROWS.name, (gl, "uncorrectable"), s.remapped_uncorrectable))
+        # The node's most numerous readings (18 links x 4+ per GPU): built as
+        # plain tuples, without NamedTuple's Python-level __new__.
+        new, add = tuple.__new__, out.append
+        up_name, tx_name, rx_name, err_name = (
+            NVLINK_UP.name,
+            NVLINK_TX.name,
+            NVLINK_RX.name,
+            NVLINK_ERRORS.name,
+        )
         for ln in s.links:
-            ll = (gl, str(ln.link))
+            link = str(ln.link)
+            ll = (gl, link)
             if ln.up is not None:
-                out.append(Reading(NVLINK_UP.name, ll, 1.0 if ln.up else 0.0))
+                add(new(Reading, (up_name, ll, 1.0 if ln.up else 0.0, None, None, None)))
             if ln.tx_bytes is not None:
-                out.append(Reading(NVLINK_TX.name, ll, ln.tx_bytes, epoch=epoch))
+                add(new(Reading, (tx_name, ll, ln.tx_bytes, None, epoch, None)))
             if ln.rx_bytes is not None:
-                out.append(Reading(NVLINK_RX.name, ll, ln.rx_bytes, epoch=epoch))
+                add(new(Reading, (rx_name, ll, ln.rx_bytes, None, epoch, None)))
             for kind, value in ln.errors.items():
-                out.append(
-                    Reading(NVLINK_ERRORS.name, (gl, str(ln.link), kind), value, epoch=epoch)
-                )
+                add(new(Reading, (err_name, (gl, link, kind), value, None, epoch, None)))

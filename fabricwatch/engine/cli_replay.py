@@ -42,6 +42,7 @@ from fabricwatch.engine.replay import (
     run_replay,
     sample_spacing,
 )
+from fabricwatch.engine.replay_jobs import run_parallel
 from fabricwatch.engine.settings import EngineSettings
 from fabricwatch.errors import ConfigError, ParseError, StoreError
 from fabricwatch.settings import build, parse_duration
@@ -77,6 +78,14 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--db", type=Path, help="also persist incidents into this SQLite file")
     parser.add_argument("--json", action="store_true", help="fabricwatch.incident/v1 JSON array")
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=None,
+        metavar="N",
+        help="worker processes, split by time window; same result as one (default: the "
+        "usable cores; with --db one process)",
+    )
     parser.add_argument("--list-mappings", action="store_true", help="print the name mapping table")
     parser.add_argument(
         "--nic-map",
@@ -181,6 +190,9 @@ def run(args: argparse.Namespace) -> int:
         from fabricwatch.fleet import cli_replay as fleet_replay
 
         return fleet_replay.run(args)
+    if args.jobs is not None and args.jobs < 1:
+        err(f"--jobs must be 1 or more, got {args.jobs}")
+        return EXIT_USAGE
     try:
         settings = _settings(getattr(args, "config", None))
         mapper = Mapper(parse_nic_map(args.nic_map))
@@ -225,7 +237,10 @@ def run(args: argparse.Namespace) -> int:
         db = IncidentDB(args.db) if args.db else None
         step, stop = _progress(len(samples), "replaying")
         try:
-            result = run_replay(samples, settings, node=node, db=db, progress=step)
+            if db is None and (args.jobs is None or args.jobs > 1):
+                result = run_parallel(samples, settings, node=node, jobs=args.jobs)
+            else:
+                result = run_replay(samples, settings, node=node, db=db, progress=step)
         finally:
             stop()
             if db is not None:

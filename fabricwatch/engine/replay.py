@@ -1055,6 +1055,7 @@ class ReplayResult:
     # Incidents still open when the data ended, as the engine saw them then
     # (GPU-seconds and end of the stall so far): no transition carries that.
     open_at_end: list[Incident] = field(default_factory=list)
+    spans: int = 1  # processes' spans the result was stitched from (replay --jobs)
 
     def incidents(self) -> list[IncidentTransition]:
         """The latest transition of each incident, by onset."""
@@ -1071,6 +1072,145 @@ def replay_store(history: int = 600) -> SnapshotStore:
     return store
 
 
+@dataclass(frozen=True, slots=True)
+class TickPlan:
+    """The tick grid of one replay and the samples the engine reads, shared by every span.
+
+    Tick times are accumulated exactly as a single pass accumulates them, and
+    ``expire`` marks the ticks that expire stale series, so a span run from
+    any tick sees bit-identical times and housekeeping.
+    """
+
+    samples: Sequence[Sample]
+    times: Sequence[float]
+    ticks: Sequence[float]
+    expire: Sequence[bool]
+    start: float
+    end: float
+    skipped: int
+
+
+def plan_replay(samples: Sequence[Sample], settings: EngineSettings) -> TickPlan:
+    """The tick grid over time-sorted ``samples`` (families the engine reads only)."""
+    tick = settings.tick
+    first = samples[0][0]
+    last = samples[-1][0]
+    # Families the engine never reads cannot change its results: skip them
+    # (the tick grid still spans every sample, as live ticks regardless).
+    used = sig.ENGINE_FAMILIES
+    kept: Sequence[Sample] = samples
+    if any(sm[1] not in used for sm in samples):
+        kept = [sm for sm in samples if sm[1] in used]
+    times = [sm[0] for sm in kept]
+    n = len(kept)
+    t = math.floor(first / tick) * tick + tick / 2
+    if t < first:
+        t += tick
+    ticks: list[float] = []
+    expire: list[bool] = []
+    last_expire = -math.inf
+    i = 0
+    while i < n or t <= last + tick:
+        i = bisect_right(times, t, i)
+        ticks.append(t)
+        due = t - last_expire >= 60
+        expire.append(due)
+        if due:
+            last_expire = t
+        t += tick
+        if i >= n and t > last + tick / 2:
+            break
+    return TickPlan(kept, times, ticks, expire, first, last, len(samples) - n)
+
+
+@dataclass(slots=True)
+class SpanRun:
+    """What one span of ticks produced (see :func:`run_span`)."""
+
+    transitions: list[IncidentTransition] = field(default_factory=list)
+    ticks: int = 0
+    readings: int = 0
+    rejected: int = 0
+    open_at_own_start: list[Any] = field(default_factory=list)
+    open_at_own_end: list[Any] = field(default_factory=list)
+    gpus_at_own_start: list[Any] = field(default_factory=list)
+    gpus_at_own_end: list[Any] = field(default_factory=list)
+    head: list[IncidentTransition] = field(default_factory=list)
+    tail: list[IncidentTransition] = field(default_factory=list)
+
+
+def _gpu_state(engine: Engine) -> list[Any]:
+    """The detector's discrete per-GPU state (what later decisions branch on)."""
+    return [
+        (g.gpu, g.in_job, g.job, g.armed, g.idle, g.slow, g.signal)
+        for _, g in sorted(engine.detector.gpus.items())
+    ]
+
+
+def run_span(
+    plan: TickPlan,
+    settings: EngineSettings,
+    node: str,
+    *,
+    begin: int,
+    own_from: int,
+    own_to: int,
+    end: int,
+    head: int = 0,
+    db: IncidentDB | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> SpanRun:
+    """Run a fresh store and engine over ticks ``[begin, end)`` of ``plan``.
+
+    Ticks ``[begin, own_from)`` only warm the engine up; the transitions,
+    counts and progress of ticks ``[own_from, own_to)`` are the span's own;
+    transitions of ``[own_to, end)`` are kept apart (``tail``) so a caller can
+    check that the next span, started fresh, agrees with this one there: that
+    span keeps its transitions of its first ``head`` own ticks in ``head``.
+    """
+    out = SpanRun()
+    store = replay_store()
+    engine = Engine(settings, store, node, db)
+    samples, times, ticks, expire = plan.samples, plan.times, plan.ticks, plan.expire
+    ingest = store.ingest
+    new_reading = tuple.__new__  # Reading(...) without NamedTuple's Python-level __new__
+    i = 0 if begin == 0 else bisect_right(times, ticks[begin - 1])
+    for k in range(begin, end):
+        t = ticks[k]
+        own = own_from <= k < own_to
+        if k == own_from:
+            out.open_at_own_start = engine.open_incidents()
+            out.gpus_at_own_start = _gpu_state(engine)
+        j = bisect_right(times, t, i)
+        if j > i:
+            # One batch per tick, as the daemon ingests one collection at a time.
+            batch = [
+                new_reading(Reading, (name, labels, value, ts, None, None))
+                for ts, name, labels, value in samples[i:j]
+            ]
+            res = ingest("replay", batch, now=t)
+            if own:
+                out.readings += res.accepted
+                out.rejected += res.rejected
+                if progress is not None:
+                    progress(j - i)
+            i = j
+        if expire[k]:
+            store.expire(t)
+        transitions = engine.tick(t, t)
+        if own:
+            out.transitions.extend(transitions)
+            out.ticks += 1
+            if k < own_from + head:
+                out.head.extend(transitions)
+        elif k >= own_to:
+            out.tail.extend(transitions)
+        if k == own_to - 1:
+            out.open_at_own_end = engine.open_incidents()
+            out.gpus_at_own_end = _gpu_state(engine)
+    return out
+
+
 def run_replay(
     samples: Sequence[Sample],
     settings: EngineSettings | None = None,
@@ -1084,53 +1224,20 @@ def run_replay(
     result = ReplayResult()
     if not samples:
         return result
-    store = replay_store()
-    engine = Engine(settings, store, node, db)
-    tick = settings.tick
-    first = samples[0][0]
-    last = samples[-1][0]
-    t = math.floor(first / tick) * tick + tick / 2
-    if t < first:
-        t += tick
-    result.start, result.end = first, last
-    # Families the engine never reads cannot change its results: skip them
-    # (the tick grid still spans every sample, as live ticks regardless).
-    used = sig.ENGINE_FAMILIES
-    if any(sm[1] not in used for sm in samples):
-        total = len(samples)
-        samples = [sm for sm in samples if sm[1] in used]
-        result.skipped = total - len(samples)
-        if progress is not None:
-            progress(result.skipped)
-    i = 0
-    n = len(samples)
-    last_expire = -math.inf
-    ingest = store.ingest
-    new_reading = tuple.__new__  # Reading(...) without NamedTuple's Python-level __new__
-    times = [sm[0] for sm in samples]
-    while i < n or t <= last + tick:
-        j = bisect_right(times, t, i)
-        if j > i:
-            # One batch per tick, as the daemon ingests one collection at a time.
-            batch = [
-                new_reading(Reading, (name, labels, value, ts, None, None))
-                for ts, name, labels, value in samples[i:j]
-            ]
-            res = ingest("replay", batch, now=t)
-            result.readings += res.accepted
-            result.rejected += res.rejected
-            if progress is not None:
-                progress(j - i)
-            i = j
-        if t - last_expire >= 60:
-            store.expire(t)
-            last_expire = t
-        result.transitions.extend(engine.tick(t, t))
-        result.ticks += 1
-        t += tick
-        if i >= n and t > last + tick / 2:
-            break
-    result.open_at_end = engine.open_incidents()
+    plan = plan_replay(samples, settings)
+    result.start, result.end = plan.start, plan.end
+    result.skipped = plan.skipped
+    if progress is not None and plan.skipped:
+        progress(plan.skipped)
+    n = len(plan.ticks)
+    span = run_span(
+        plan, settings, node, begin=0, own_from=0, own_to=n, end=n, db=db, progress=progress
+    )
+    result.transitions = span.transitions
+    result.ticks = span.ticks
+    result.readings = span.readings
+    result.rejected = span.rejected
+    result.open_at_end = span.open_at_own_end
     return result
 
 

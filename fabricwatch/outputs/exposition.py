@@ -3,6 +3,13 @@
 A custom ``prometheus_client`` Collector builds fresh metric families from the
 store on every scrape: no I/O, no instrumented objects mutated behind the
 scrape's back, and no stale label values left over from departed devices.
+
+The text format Prometheus scrapes by default (0.0.4) takes a faster path,
+:func:`generate_text`: each series' sample prefix (name and escaped, sorted
+labels) is rendered once and cached on the series, so a scrape costs one
+value formatting per series. It writes the same bytes as
+``prometheus_client.generate_latest`` (a test compares them); OpenMetrics and
+negotiated escapings go through ``prometheus_client``.
 """
 
 from __future__ import annotations
@@ -11,20 +18,27 @@ import math
 import platform
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Protocol, cast
 
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
     HistogramMetricFamily,
     Metric,
 )
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
+from prometheus_client.exposition import choose_encoder as _choose_encoder
 from prometheus_client.process_collector import ProcessCollector
+from prometheus_client.utils import floatToGoString
 
 from fabricwatch import __version__
-from fabricwatch.readings import MetricKind
-from fabricwatch.store import SnapshotStore
+from fabricwatch.readings import MetricKind, MetricSpec
+from fabricwatch.store import Series, SnapshotStore
 from fabricwatch.supervisor import CollectorState
+
+_go_float = cast(Callable[[float], str], floatToGoString)
+"""prometheus_client's value formatting (untyped upstream)."""
 
 
 @dataclass(slots=True)
@@ -39,11 +53,76 @@ def _fmt_bound(b: float) -> str:
     return "+Inf" if math.isinf(b) else repr(float(b))
 
 
+def _escape_value(v: str) -> str:
+    # prometheus_client's label-value escaping in the text format.
+    return v.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
+
+
+def _header(name: str, kind: str, help_text: str) -> str:
+    doc = help_text.replace("\\", r"\\").replace("\n", r"\n")
+    return f"# HELP {name} {doc}\n# TYPE {name} {kind}\n"
+
+
+def _prefix(sample_name: str, spec: MetricSpec, values: Sequence[str]) -> str:
+    """``name{a="x",b="y"} `` with labels sorted by name, as prometheus_client writes them."""
+    if not values:
+        return sample_name + " "
+    pairs = sorted(zip(spec.labels, values, strict=True))
+    text = ",".join(f'{k}="{_escape_value(v)}"' for k, v in pairs)
+    return f"{sample_name}{{{text}}} "
+
+
+class _Exporter(Protocol):
+    def collect(self) -> Iterable[Metric]: ...
+
+
+class _One:
+    """One exporter as a registry for ``generate_latest``."""
+
+    def __init__(self, exporter: _Exporter) -> None:
+        self._exporter = exporter
+
+    def collect(self) -> Iterable[Metric]:
+        return self._exporter.collect()
+
+
 class StoreExporter:
     """prometheus_client Collector over the snapshot store."""
 
     def __init__(self, store: SnapshotStore) -> None:
         self._store = store
+        # Per family: the HELP/TYPE header, rendered once.
+        self._headers: dict[str, str] = {}
+
+    def render_text(self) -> str:
+        """The store's families in the 0.0.4 text format (same text as ``generate_latest``)."""
+        specs = self._store.specs()
+        out: list[str] = []
+        add = out.append
+        headers = self._headers
+        go_float = _go_float
+        for name in sorted(specs):
+            spec = specs[name]
+            series = self._store.family(name)
+            if not series:
+                continue
+            kind = spec.kind
+            if kind is MetricKind.HISTOGRAM:
+                add(generate_latest(_One(_Histograms(spec, series))).decode("utf-8"))
+                continue
+            header = headers.get(name)
+            sample_name = name + "_total" if kind is MetricKind.COUNTER else name
+            if header is None:
+                header = headers[name] = _header(sample_name, kind.value, spec.help)
+            add(header)
+            for s in series:
+                prefix = s.text_prefix
+                if prefix is None:
+                    prefix = s.text_prefix = _prefix(sample_name, spec, s.labels)
+                add(prefix)
+                add(go_float(s.value))
+                add("\n")
+        return "".join(out)
 
     def describe(self) -> Iterable[Metric]:
         """Nothing at registration: families are dynamic."""
@@ -64,21 +143,33 @@ class StoreExporter:
                     c.add_metric(list(s.labels), s.value)
                 yield c
             elif spec.kind is MetricKind.HISTOGRAM:
-                h = HistogramMetricFamily(name, spec.help, labels=labels)
-                for s in series:
-                    hv = s.histogram
-                    if hv is None:
-                        continue
-                    buckets = [(_fmt_bound(b), c) for b, c in hv.buckets]
-                    if not buckets or buckets[-1][0] != "+Inf":
-                        buckets.append(("+Inf", hv.count))
-                    h.add_metric(list(s.labels), buckets, hv.sum)
-                yield h
+                yield from _Histograms(spec, series).collect()
             else:
                 g = GaugeMetricFamily(name, spec.help, labels=labels)
                 for s in series:
                     g.add_metric(list(s.labels), s.value)
                 yield g
+
+
+class _Histograms:
+    """One histogram family of the store as a prometheus_client family."""
+
+    def __init__(self, spec: MetricSpec, series: Sequence[Series]) -> None:
+        self._spec = spec
+        self._series = series
+
+    def collect(self) -> Iterator[Metric]:
+        spec = self._spec
+        h = HistogramMetricFamily(spec.name, spec.help, labels=list(spec.labels))
+        for s in self._series:
+            hv = s.histogram
+            if hv is None:
+                continue
+            buckets = [(_fmt_bound(b), c) for b, c in hv.buckets]
+            if not buckets or buckets[-1][0] != "+Inf":
+                buckets.append(("+Inf", hv.count))
+            h.add_metric(list(s.labels), buckets, hv.sum)
+        yield h
 
 
 class SelfExporter:
@@ -161,6 +252,45 @@ class SelfExporter:
         yield ts
 
 
+class ExporterRegistry(CollectorRegistry):
+    """A registry that remembers its exporters in order, for :func:`generate_text`."""
+
+    def __init__(self) -> None:
+        super().__init__(auto_describe=False)
+        self.exporters: list[_Exporter] = []
+
+    def register(self, collector: _Exporter) -> None:
+        """Register ``collector`` (and remember it, in order)."""
+        super().register(collector)
+        self.exporters.append(collector)
+
+    def unregister(self, collector: _Exporter) -> None:
+        """Unregister ``collector``."""
+        super().unregister(collector)
+        self.exporters.remove(collector)
+
+
+def generate_text(registry: CollectorRegistry) -> bytes:
+    """The 0.0.4 text exposition: ``generate_latest``'s bytes, the store's part from cache."""
+    if not isinstance(registry, ExporterRegistry):
+        return generate_latest(registry)
+    parts: list[str] = []
+    for exporter in registry.exporters:
+        if isinstance(exporter, StoreExporter):
+            parts.append(exporter.render_text())
+        else:
+            parts.append(generate_latest(_One(exporter)).decode("utf-8"))
+    return "".join(parts).encode("utf-8")
+
+
+def choose_encoder(accept_header: str) -> tuple[Callable[[CollectorRegistry], bytes], str]:
+    """``prometheus_client``'s content negotiation, with :func:`generate_text` for 0.0.4 text."""
+    encoder, content_type = _choose_encoder(accept_header)
+    if encoder is generate_latest and content_type == CONTENT_TYPE_PLAIN_0_0_4:
+        return generate_text, content_type
+    return encoder, content_type
+
+
 def build_registry(
     store: SnapshotStore,
     states: Callable[[], Sequence[CollectorState]],
@@ -169,7 +299,7 @@ def build_registry(
     process_metrics: bool = True,
 ) -> CollectorRegistry:
     """A fresh, non-global registry with the daemon's exporters."""
-    registry = CollectorRegistry(auto_describe=False)
+    registry = ExporterRegistry()
     registry.register(SelfExporter(states, reload))
     registry.register(StoreExporter(store))
     if process_metrics:

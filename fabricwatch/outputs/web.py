@@ -24,9 +24,9 @@ from dataclasses import dataclass
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry
-from prometheus_client.exposition import choose_encoder
 
 from fabricwatch import __version__
+from fabricwatch.outputs.exposition import choose_encoder
 from fabricwatch.webconfig import WebConfig
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]

@@ -7,7 +7,7 @@ import math
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fabricwatch.counters import CounterTracker, TrackerSettings
+from fabricwatch.counters import CounterState, CounterTracker, FamilyCounters, TrackerSettings
 
 K = ("x", ())
 
@@ -193,3 +193,59 @@ def test_wrapping_32bit_counter_rates_equal_true_increments(start: int, incs: li
         r = t.update(K, value, float(i), bits=32)
         assert r is not None
         assert r.per_second == inc
+
+
+_STEP = st.sampled_from(["hold", "hold", "inc", "inc", "inc", "big", "back", "reset"])
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    bits=st.sampled_from([32, 64]),
+    width=st.integers(1, 6),
+    polls=st.lists(
+        st.tuples(
+            st.sampled_from([1.0, 1.0, 1.0, 0.5, 2.0, 0.0, -1.0, 15.0, 40.0]),
+            st.booleans(),  # epoch change (device reboot) this poll
+            st.lists(st.tuples(_STEP, st.integers(1, 1 << 20)), min_size=6, max_size=6),
+        ),
+        min_size=1,
+        max_size=60,
+    ),
+    gap_after=st.sampled_from([3.0, 10.0]),
+    max_hold=st.sampled_from([1.5, 2.0, 5.0]),
+)
+def test_family_counters_equal_counter_state_series_by_series(
+    bits: int,
+    width: int,
+    polls: list[tuple[float, bool, list[tuple[str, int]]]],
+    gap_after: float,
+    max_hold: float,
+) -> None:
+    settings_ = TrackerSettings(gap_after=gap_after, max_hold=max_hold)
+    modulus = 1 << bits
+    values = [float(modulus - 1000 * (i + 1)) for i in range(width)]  # near the top: wraps soon
+    ts, epoch = 100.0, 0
+    fam = FamilyCounters(settings_, bits)
+    singles = []
+    for v in values:
+        fam.add(v, ts, epoch)
+        singles.append(CounterState(v, ts, epoch))
+    for dt, reboot, steps in polls:
+        ts += dt
+        epoch += 1 if reboot else 0
+        for i in range(width):
+            kind, n = steps[i]
+            if kind == "inc":
+                values[i] = float((int(values[i]) + n) % modulus)
+            elif kind == "big":
+                values[i] = float((int(values[i]) + n * 4096) % modulus)
+            elif kind == "back":
+                values[i] = float((int(values[i]) + modulus - n) % modulus)  # backwards: reset
+            elif kind == "reset":
+                values[i] = float(n % 100)
+        got = fam.update(values, ts, epoch)
+        want = [
+            s.update(v, ts, settings_, bits, epoch) for s, v in zip(singles, values, strict=True)
+        ]
+        assert got == want
+        assert fam.totals == [s.total for s in singles]

@@ -9,9 +9,16 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from prometheus_client import generate_latest
 
-from fabricwatch.outputs.exposition import ReloadStatus, build_registry
+from fabricwatch.outputs.exposition import (
+    ReloadStatus,
+    build_registry,
+    choose_encoder,
+    generate_text,
+)
 from fabricwatch.readings import HistogramValue, MetricKind, MetricSpec, Reading
 from fabricwatch.store import SnapshotStore
 from fabricwatch.supervisor import CollectorState
@@ -91,3 +98,83 @@ def test_golden_exposition_passes_promtool_check_metrics() -> None:
     )
     assert out.returncode == 0, out.stdout + out.stderr
     assert out.stdout.strip() == "" and out.stderr.strip() == "", out.stdout + out.stderr
+
+
+def _both(store: SnapshotStore) -> tuple[bytes, bytes]:
+    reg = build_registry(store, list, ReloadStatus(True, 1.7e9), process_metrics=False)
+    return generate_text(reg), generate_latest(reg)
+
+
+def test_cached_text_path_writes_the_golden_bytes_and_survives_rescrapes() -> None:
+    store = SnapshotStore()
+    store.register("fake", SPECS)
+    labels = ("leaf1", "swp12", "3", "rx")
+    for i in range(3):
+        store.ingest(
+            "fake",
+            [Reading(SPECS[1].name, labels, 1000 + 7 * i), Reading(SPECS[0].name, labels, i / 3)],
+            float(i),
+        )
+        fast, reference = _both(store)
+        assert fast == reference
+    # A series that expires and comes back is rendered afresh.
+    store.expire(1e9)
+    store.ingest("fake", [Reading(SPECS[0].name, ("leaf2", 'p"\\\n', "3", "tx"), 5e-7)], 1e9)
+    fast, reference = _both(store)
+    assert fast == reference and b"leaf1" not in fast
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    labels=st.lists(
+        st.tuples(st.text(max_size=6), st.text(max_size=6)), min_size=1, max_size=8, unique=True
+    ),
+    values=st.lists(
+        st.floats(allow_nan=False, allow_infinity=False, min_value=0, max_value=1e300),
+        min_size=8,
+        max_size=8,
+    ),
+)
+def test_cached_text_path_equals_prometheus_client(
+    labels: list[tuple[str, str]], values: list[float]
+) -> None:
+    store = SnapshotStore()
+    g = MetricSpec("fabricwatch_t_b_gauge", MetricKind.GAUGE, 'h\\e"lp\nx', ("zeta", "alpha"))
+    c = MetricSpec("fabricwatch_t_a_count", MetricKind.COUNTER, "c", ("x", "b"))
+    store.register("fake", [g, c, SPECS[2]])
+    readings = [Reading(g.name, lv, v) for lv, v in zip(labels, values, strict=False)]
+    readings += [Reading(c.name, lv, v) for lv, v in zip(labels, values, strict=False)]
+    hist = HistogramValue(((0.5, 1.0), (2.0, values[0])), values[1], values[2])
+    readings.append(Reading(SPECS[2].name, ("p",), 0.0, histogram=hist))
+    store.ingest("fake", readings, 0.0)
+    fast, reference = _both(store)
+    assert fast == reference
+
+
+@pytest.mark.integration
+def test_cached_text_path_passes_promtool_check_metrics() -> None:
+    promtool = shutil.which("promtool")
+    assert promtool, "promtool missing: the test command installs the Debian 'prometheus' package"
+    store = SnapshotStore()
+    store.register("fake", SPECS)
+    labels = ("leaf1", "swp12", "3", "rx")
+    store.ingest(
+        "fake", [Reading(SPECS[1].name, labels, 1000), Reading(SPECS[0].name, labels, 1)], 0
+    )
+    reg = build_registry(store, list, ReloadStatus(True, 1.7e9), process_metrics=True)
+    out = subprocess.run(
+        [promtool, "check", "metrics"],
+        input=generate_text(reg),
+        capture_output=True,
+        timeout=30,
+        check=False,
+    )
+    assert out.returncode == 0 and not out.stdout.strip() and not out.stderr.strip(), out
+
+
+def test_text_scrapes_negotiate_the_cached_path_and_openmetrics_the_library() -> None:
+    encoder, content_type = choose_encoder("text/plain;version=0.0.4")
+    assert encoder is generate_text and "0.0.4" in content_type
+    assert choose_encoder("")[0] is generate_text
+    encoder, content_type = choose_encoder("application/openmetrics-text;version=1.0.0")
+    assert encoder is not generate_text and content_type.startswith("application/openmetrics-text")

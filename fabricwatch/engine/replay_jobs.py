@@ -1,0 +1,207 @@
+"""``fabricwatch replay --jobs N``: one replay split over processes by time window.
+
+A replay covers one node, so the work is split by time: span *k* owns ticks
+``[a_k, a_k+1)``, starts with a fresh store and engine ``warmup`` seconds
+before ``a_k`` and runs ``verify`` seconds past its end. The spans run in
+forked worker processes (the samples are inherited, not pickled).
+
+The output must be exactly what one pass gives. The engine's memory is
+bounded in practice (windows of minutes, baselines that converge), but not
+by construction, so every cut is checked: at the cut, the span before it and
+the span after it (which started fresh ``warmup`` earlier) must hold the same
+open incidents and the same per-GPU detector state, and must emit the same
+transitions over the ``verify`` seconds after the cut. A cut that fails is
+removed (its two spans run again as one) until every remaining cut agrees;
+with no cut left this is a single pass.
+"""
+
+from __future__ import annotations
+
+import gc
+import itertools
+import math
+import multiprocessing
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+
+from fabricwatch.engine.replay import (
+    ReplayResult,
+    Sample,
+    SpanRun,
+    TickPlan,
+    plan_replay,
+    run_replay,
+    run_span,
+)
+from fabricwatch.engine.settings import EngineSettings
+
+
+def usable_cores() -> int:
+    """CPUs this process may run on (the default of ``--jobs``)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+@dataclass(frozen=True, slots=True)
+class Split:
+    """How a replay is cut into spans (seconds of replayed time)."""
+
+    warmup: float
+    verify: float
+
+    @classmethod
+    def for_settings(cls, settings: EngineSettings) -> Split:
+        """Margins that cover the engine's look-back several times over."""
+        reach = settings.baseline_window + settings.activity_window + settings.resolve_hold
+        return cls(warmup=max(600.0, 2 * reach), verify=settings.resolve_hold + reach)
+
+
+@dataclass(frozen=True, slots=True)
+class _Span:
+    own_from: int
+    own_to: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Job:
+    """What every worker shares (inherited through fork)."""
+
+    plan: TickPlan
+    settings: EngineSettings
+    node: str
+    warm: int
+    verify: int
+
+
+def _work(job: _Job, span: _Span, conn: Connection) -> None:
+    try:
+        n = len(job.plan.ticks)
+        run = run_span(
+            job.plan,
+            job.settings,
+            job.node,
+            begin=max(0, span.own_from - job.warm),
+            own_from=span.own_from,
+            own_to=span.own_to,
+            end=min(n, span.own_to + job.verify),
+            head=job.verify,
+        )
+        conn.send(("ok", run))
+    except BaseException as exc:  # noqa: BLE001 - reported to the parent, which re-raises
+        conn.send(("error", repr(exc)))
+    finally:
+        conn.close()
+
+
+def _run_all(job: _Job, spans: Sequence[_Span], jobs: int) -> list[SpanRun]:
+    """Run ``spans`` in at most ``jobs`` forked processes at a time, results in order."""
+    ctx = multiprocessing.get_context("fork")
+    # The workers inherit millions of sample tuples: frozen, a collection in a
+    # worker does not walk them (and copy every page they live on).
+    gc.freeze()
+    try:
+        return _spawn(ctx, job, spans, jobs)
+    finally:
+        gc.unfreeze()
+
+
+def _spawn(
+    ctx: multiprocessing.context.ForkContext, job: _Job, spans: Sequence[_Span], jobs: int
+) -> list[SpanRun]:
+    results: list[SpanRun | None] = [None] * len(spans)
+    pending = list(enumerate(spans))
+    running: list[tuple[int, multiprocessing.process.BaseProcess, Connection]] = []
+    while pending or running:
+        while pending and len(running) < jobs:
+            idx, span = pending.pop(0)
+            receive, send = ctx.Pipe(duplex=False)
+            proc = ctx.Process(target=_work, args=(job, span, send), daemon=True)
+            proc.start()
+            send.close()
+            running.append((idx, proc, receive))
+        idx, done, receive = running.pop(0)
+        try:
+            status, payload = receive.recv()
+        except EOFError:
+            status, payload = "error", f"worker exited with code {done.exitcode}"
+        finally:
+            receive.close()
+            done.join()
+        if status != "ok":
+            msg = f"replay worker failed: {payload}"
+            raise RuntimeError(msg)
+        results[idx] = payload
+    return [r for r in results if r is not None]
+
+
+def _agree(before: SpanRun, after: SpanRun) -> bool:
+    """Whether the fresh span ``after`` starts where ``before`` left off."""
+    if before.open_at_own_end != after.open_at_own_start:
+        return False
+    if before.gpus_at_own_end != after.gpus_at_own_start:
+        return False
+    # Both ran the same ticks after the cut (the span after may be shorter
+    # than the verification window; then the span before ran only those too).
+    return before.tail == after.head
+
+
+def run_parallel(
+    samples: Sequence[Sample],
+    settings: EngineSettings | None = None,
+    *,
+    node: str = "replay",
+    jobs: int | None = None,
+    split: Split | None = None,
+) -> ReplayResult:
+    """:func:`~fabricwatch.engine.replay.run_replay` over ``jobs`` processes; same result."""
+    settings = settings or EngineSettings()
+    jobs = usable_cores() if jobs is None else max(1, jobs)
+    split = split or Split.for_settings(settings)
+    if jobs == 1 or not samples:
+        return run_replay(samples, settings, node=node)
+    plan = plan_replay(samples, settings)
+    n = len(plan.ticks)
+    warm = math.ceil(split.warmup / settings.tick)
+    verify = math.ceil(split.verify / settings.tick)
+    # A span shorter than its margins would mostly repeat its neighbours' work.
+    count = min(jobs, n // (2 * (warm + verify)))
+    if count < 2:
+        return run_replay(samples, settings, node=node)
+    cuts = [round(n * k / count) for k in range(count + 1)]
+    spans = [_Span(a, b) for a, b in itertools.pairwise(cuts)]
+    job = _Job(plan, settings, node, warm, verify)
+    runs = _run_all(job, spans, jobs)
+    # Remove failed cuts (merging their spans) until every remaining cut agrees.
+    for _ in range(len(spans)):
+        bad = {k for k in range(len(spans) - 1) if not _agree(runs[k], runs[k + 1])}
+        if not bad:
+            break
+        merged: list[_Span] = []
+        kept: list[SpanRun | None] = []
+        k = 0
+        while k < len(spans):
+            if k in bad:
+                merged.append(_Span(spans[k].own_from, spans[k + 1].own_to))
+                kept.append(None)
+                k += 2
+            else:
+                merged.append(spans[k])
+                kept.append(runs[k])
+                k += 1
+        redo = [i for i, r in enumerate(kept) if r is None]
+        fresh = dict(zip(redo, _run_all(job, [merged[i] for i in redo], jobs), strict=True))
+        runs = [r if r is not None else fresh[i] for i, r in enumerate(kept)]
+        spans = merged
+    result = ReplayResult(start=plan.start, end=plan.end, skipped=plan.skipped, spans=len(runs))
+    for run in runs:
+        result.transitions.extend(run.transitions)
+        result.ticks += run.ticks
+        result.readings += run.readings
+        result.rejected += run.rejected
+    if runs:
+        result.open_at_end = runs[-1].open_at_own_end
+    return result
