@@ -165,7 +165,7 @@ def run(args: argparse.Namespace) -> int:
     sys.stderr.write(
         f"replayed {hours:.2f} h, {result.readings} samples "
         f"(+{result.skipped} the engine does not read), {result.ticks} ticks: "
-        f"{len(docs)} incident(s)\n"
+        f"{len(docs)} incident(s); sample spacing seen: {result.spacing:g} s\n"
     )
     (print_json if args.json else print_table)(docs, sys.stdout)
     return EXIT_OK

@@ -12,6 +12,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
+from fabricwatch.engine import signals as sig
 from fabricwatch.engine.attribution import Attribution, attribute
 from fabricwatch.engine.db import IncidentDB
 from fabricwatch.engine.evidence import CAUSES, ScoreContext, collect, missing_groups
@@ -82,6 +83,10 @@ class _Episode:
     next_score: float = -math.inf
     # Whether the evidence before the onset was already checked (once).
     pre_checked: bool = False
+    # How far before the onset evidence counts: one iteration of the job's
+    # rhythm plus one sample (a fault stalls the GPUs only when the compute
+    # phase in flight ends).
+    lead: float = 0.0
 
 
 class Engine:
@@ -116,6 +121,11 @@ class Engine:
         self._opened: dict[str, float] = dict.fromkeys(CAUSES, 0.0)
         self._gpu_seconds: dict[str, float] = dict.fromkeys(CAUSES, 0.0)
         self._restored = False
+        # Observed sample spacing and the settings scaled to it.
+        self.spacing = settings.tick
+        self._eff = settings
+        self._scaled: dict[float, EngineSettings] = {}
+        self._ticks = 0
 
     # -- public surface -------------------------------------------------
 
@@ -130,6 +140,10 @@ class Engine:
         if not self._restored:
             self._restored = True
             self._restore(now)
+        if self._ticks % 10 == 0:
+            self._retune()
+        self._ticks += 1
+        s = self._eff
         self.detector.observe(self.store, now, dt)
         stalled = self.detector.stalled()
         job = self.detector.job_gpus()
@@ -196,9 +210,76 @@ class Engine:
                 continue
             self._live[inc.key] = _Live(inc, inc.onset - self._offset, ended=now)
 
-    def _score(self, ep: _Episode, now: float) -> tuple[Attribution, tuple[str, ...]]:
-        s = self.settings
-        ctx = ScoreContext(self.store, s, ep.onset, now)
+    def _retune(self) -> None:
+        """Re-derive the sample spacing and the settings scaled to it."""
+        sp = self.detector.spacing()
+        if math.isnan(sp):
+            return
+        # Quantized, so jitter does not make every tick's settings differ.
+        sp = max(self.settings.tick, round(sp * 4) / 4)
+        self.spacing = sp
+        eff = self._scaled.get(sp)
+        if eff is None:
+            eff = self._scaled[sp] = self.settings.at_spacing(sp)
+        self._eff = eff
+        self.detector.retune(eff, sp)
+
+    def _lead(self, onset: float) -> float:
+        """One iteration of the job's rhythm plus one sample (at least ``onset_lead``).
+
+        The rhythm is measured on the job GPUs' work signal before the onset;
+        where it cannot be (flat, or sampled slower than it oscillates) it is
+        at most two samples (the Nyquist bound), and that is used.
+        """
+        s = self._eff
+        sp = self.spacing
+        periods: list[float] = []
+        for g in self.detector.job_gpus():
+            for fam in (sig.GPU_SM, sig.GPU_POWER):
+                series = self.store.get(fam, (g.gpu,))
+                if series is None:
+                    continue
+                w = sig.window(series, onset - s.baseline_window, onset - 1e-3)
+                p = sig.iteration_period(w.values, w.times)
+                if p is not None:
+                    periods.append(p)
+                break
+        rhythm = sig.median(periods) if periods else 0.0
+        if not rhythm >= 2 * sp:
+            rhythm = 2 * sp
+        return max(s.onset_lead, min(rhythm, 60.0) + sp)
+
+    def _scope(self, ep: _Episode, now: float) -> frozenset[str]:
+        """The stalled job's GPUs: those stalled in the episode, the GPUs of
+        their job (process data, live), and job GPUs whose telemetry went
+        silent (a GPU that fell off the bus stalls with the rest but reports
+        nothing). Without job data the co-stalled GPUs are the job: the other
+        job of a shared node keeps working."""
+        s = self._eff
+        gpus = set(ep.gpus)
+        states = self.detector.gpus
+        jobs = {states[g].job for g in gpus if g in states and states[g].job}
+        for g in self.detector.job_gpus():
+            silent = now - g.last_sample > s.sample_max_age
+            if (jobs and g.job in jobs) or silent:
+                gpus.add(g.gpu)
+        return frozenset(gpus)
+
+    def _score(
+        self, ep: _Episode, now: float, *, min_samples: int = 2
+    ) -> tuple[Attribution, tuple[str, ...]]:
+        s = self._eff
+        if ep.lead <= 0:
+            ep.lead = self._lead(ep.onset)
+        ctx = ScoreContext(
+            self.store,
+            replace(s, onset_lead=ep.lead),
+            ep.onset,
+            now,
+            spacing=self.spacing,
+            scope=self._scope(ep, now),
+            min_samples=min_samples,
+        )
         job = [g.gpu for g in self.detector.job_gpus()]
         evidence = collect(ctx, job)
         missing = missing_groups(self.store, now, s.sample_max_age)
@@ -214,14 +295,14 @@ class Engine:
         dt: float,
         out: list[IncidentTransition],
     ) -> _Episode | None:
-        s = self.settings
+        s = self._eff
         if not bad:
             self._clear[kind] = now
             if kind == "stall":
                 self._idle_at_clear = [
                     (g.gpu, g.idle_since)
                     for g in self.detector.gpus.values()
-                    if g.idle and now - g.last_sample <= s.tick
+                    if g.idle and now - g.last_sample <= max(s.tick, self.spacing)
                 ]
             if ep is not None and now - ep.last_bad >= s.end_after:
                 if ep.live is not None:
@@ -256,7 +337,8 @@ class Engine:
             if kind == "stall":
                 if duration < s.min_duration_with_evidence:
                     # Evidence before the onset is credited as one poll.
-                    if not ep.pre_checked and duration + s.tick >= s.min_duration_with_evidence:
+                    credit = max(s.tick, self.spacing)
+                    if not ep.pre_checked and duration + credit >= s.min_duration_with_evidence:
                         ep.pre_checked = True
                         self._open_if_preceded(ep, bad, now=now, out=out)
                     return ep
@@ -320,8 +402,10 @@ class Engine:
         the idle poll (a checkpoint burst, a link that went down with it)
         still needs the second idle poll.
         """
-        s = self.settings
-        pre, _ = self._score(ep, ep.onset - 1e-3)
+        s = self._eff
+        # Before the onset one sample suffices: the verdict at ``now`` must
+        # hold on two (that sample and the stalled one at least).
+        pre, _ = self._score(ep, ep.onset - 1e-3, min_samples=1)
         if pre.cause == "unknown" or pre.score < s.strong_evidence:
             return
         attr, missing = self._score(ep, now)
@@ -335,7 +419,7 @@ class Engine:
         idle state was held) or from long before (a GPU idle on its own)."""
         clear = self._clear.get("stall", -math.inf)
         seen = dict(self._idle_at_clear)
-        hold = self.settings.end_after
+        hold = self._eff.end_after
         trusted = [
             g.idle_since
             for g in bad
@@ -377,7 +461,7 @@ class Engine:
         now: float,
         out: list[IncidentTransition],
     ) -> None:
-        s = self.settings
+        s = self._eff
         ep.next_score = now + s.rescore_every
         gpus = tuple(sorted(ep.gpus, key=_gpu_order))
         jobs = [g.job for g in bad if g.job]

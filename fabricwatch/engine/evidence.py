@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import pairwise
 
 from fabricwatch.engine import signals as sig
 from fabricwatch.engine.settings import EngineSettings
-from fabricwatch.engine.signals import Window, mad, median, window
+from fabricwatch.engine.signals import Window, mad, median, sustained, window
 from fabricwatch.store import Series, SnapshotStore
 
 CAUSES = (
@@ -71,35 +71,70 @@ class Evidence:
 
 @dataclass(frozen=True, slots=True)
 class ScoreContext:
-    """Where and when to look: the store, the stall onset and now (monotonic)."""
+    """Where and when to look: the store, the stall onset and now (monotonic).
+
+    Attributes:
+        spacing: the observed sample spacing (seconds) the windows scale with.
+        scope: the stalled GPUs; GPU-side evidence (XIDs, NVLink) counts only
+            on them (empty: every GPU, as for a single job).
+    """
 
     store: SnapshotStore
     settings: EngineSettings
     onset: float
     now: float
+    spacing: float = 1.0
+    scope: frozenset[str] = frozenset()
+    min_samples: int = 2
+
+    def level(self, values: Sequence[float]) -> float:
+        """The level a window held on ``min_samples`` samples (2: one poll is
+        not evidence; 1 only where a second sample is checked separately)."""
+        return sustained(values) if self.min_samples >= 2 else max(values)
+
+    def on_end(self) -> float:
+        """End of the onset window: what was present at the onset, not what came
+        later (a second fault while the GPUs already wait is no cause)."""
+        reach = max(3.0 * self.settings.tick, 2.0 * self.spacing, 5.0)
+        return min(self.now, self.onset + reach)
 
     def windows(self, s: Series) -> tuple[Window, Window]:
         """(onset window, baseline window) of one series."""
         st = self.settings
         lead = st.onset_lead
-        on = window(s, self.onset - lead, min(self.now, self.onset + 60.0))
+        on = window(s, self.onset - lead, self.on_end())
         base = window(s, self.onset - st.baseline_window, self.onset - lead - 0.001)
         return on, base
 
+    def in_scope(self, gpu: str) -> bool:
+        """Whether evidence on ``gpu`` may explain this stall."""
+        return not self.scope or gpu in self.scope
+
     def peaks(self, family: str) -> Iterator[tuple[Series, float, float, float]]:
-        """(series, onset peak, baseline median, baseline MAD) of each series with data."""
+        """(series, sustained onset level, baseline, baseline MAD) of each series with data.
+
+        The onset level is what the window held on two samples or more
+        (:func:`~fabricwatch.engine.signals.sustained`): one poll is not evidence.
+        """
         for s in self.store.family(family):
             on, base = self.windows(s)
             if on:
                 b, m = _baseline(base)
-                yield s, max(on.values), b, m
+                yield s, self.level(on.values), b, m
 
 
 def _baseline(base: Window, default: float = 0.0) -> tuple[float, float]:
+    """(baseline, spread) of a baseline window.
+
+    The baseline is its lower tercile, not its median: a fault that ramps up
+    over the last 20-60 s before the stall fills part of the window, and a
+    median would follow it (the ramp would become normal).
+    """
     if not base:
         return default, 0.0
-    b = median(base.values)
-    return b, mad(base.values, b)
+    vals = sorted(base.values)
+    b = vals[(len(vals) - 1) // 3]
+    return b, mad(vals, b)
 
 
 def _labels(s: Series) -> tuple[tuple[str, str], ...]:
@@ -177,23 +212,29 @@ def score_pfc(ctx: ScoreContext) -> list[Evidence]:
         (sig.SW_PFC_RATIO, sig.SW_PFC_FRAMES, "switch"),
         (sig.NIC_PFC_RATIO, sig.NIC_PFC_FRAMES, "nic"),
     ):
-        candidates: list[tuple[Series, float]] = [(s, 1.0) for s in ctx.store.family(fam)]
-        for ratio_series, _ in candidates:
+        candidates: list[tuple[Series, float, bool]] = [
+            (s, 1.0, True) for s in ctx.store.family(fam)
+        ]
+        for ratio_series, _, _ in candidates:
             seen.add((side, ratio_series.labels))
         candidates += [
-            (s, 1.0 / st.pfc_continuous_frames)
+            (s, 1.0 / _continuous_frames(ctx, s, side), False)
             for s in ctx.store.family(frames)
             if (side, s.labels) not in seen
         ]
-        for s, scale in candidates:
+        for s, scale, exact in candidates:
             on, base = ctx.windows(s)
             if not on:
                 continue
-            peak = min(1.0, max(on.values) * scale)
+            peak = min(1.0, ctx.level(on.values) * scale)
             b, _ = _baseline(base)
             b = min(1.0, b * scale)
             culprit = (_switch_culprit if side == "switch" else _nic_culprit)(s, True)
             where = _where(culprit)
+            if not exact and peak >= st.pfc_storm_ratio and peak < 10.0 * b:
+                # Frames against a guessed speed: only a jump from its own
+                # baseline is a storm (a busy fast port reads high all day).
+                continue
             if peak >= st.pfc_storm_ratio:
                 score = 0.9 + 0.09 * min(
                     1.0, (peak - st.pfc_storm_ratio) / (1.0 - st.pfc_storm_ratio + 1e-9)
@@ -213,6 +254,19 @@ def score_pfc(ctx: ScoreContext) -> list[Evidence]:
     return out
 
 
+def _continuous_frames(ctx: ScoreContext, s: Series, side: str) -> float:
+    """Pause frames/s that hold a priority paused on this port: one pause
+    quantum is 512 bit times and a frame pauses for at most 65535 quanta, so
+    speed / (65535 x 512) (745/s at 25G, 5960/s at 200G). The port's speed
+    comes from its speed series when there is one (switch ports, ifHighSpeed);
+    otherwise ``pfc_continuous_frames`` (the slowest common RoCE speed, 25G)."""
+    if side == "switch":
+        speed = ctx.store.get(sig.SW_PORT_SPEED, s.labels[:2])
+        if speed is not None and speed.value > 0:
+            return speed.value * 8.0 / (65535.0 * 512.0)
+    return ctx.settings.pfc_continuous_frames
+
+
 _ECN_FAMILIES = (
     (sig.NIC_ECN, "ECN-marked RoCE packets"),
     (sig.NIC_CNP_SENT, "CNPs sent"),
@@ -222,18 +276,42 @@ _ECN_FAMILIES = (
 
 
 def score_congestion(ctx: ScoreContext) -> list[Evidence]:
-    """ECN marks, CNPs and transmit wait against their baselines."""
+    """ECN marks, CNPs and transmit wait against their baselines.
+
+    During congestion every port of the job handles CNPs (the reaction-point
+    side) and the scores of all of them saturate, so they would tie. The
+    culprit is the port whose *received* marks (notification-point side:
+    ECN-marked packets, CNPs sent) stand out both from its own baseline and
+    from the other ports of the family; where two ports stand out alike, the
+    evidence names both and scores lower (lower confidence), instead of
+    letting the port name decide.
+    """
     st = ctx.settings
     out: list[Evidence] = []
     for fam, what in _ECN_FAMILIES:
-        for s, peak, b, m in ctx.peaks(fam):
+        rows = list(ctx.peaks(fam))
+        hits: list[tuple[float, Evidence]] = []
+        for s, peak, b, m in rows:
             if peak < max(st.ecn_min_rate, 3.0 * b, b + 4.0 * m):
                 continue
             ratio = peak / max(b, 1.0)
-            score = 0.7 + 0.15 * min(1.0, math.log10(max(ratio, 1.0)) / 2.0)
+            others = [p for o, p, _, _ in rows if o is not s]
+            standout = peak / max(median(others) if others else 0.0, b, 1.0)
+            score = 0.7 + 0.1 * min(1.0, math.log10(max(ratio, 1.0)) / 3.0)
+            if fam != sig.NIC_CNP_HANDLED:
+                score += 0.06 * min(1.0, math.log10(max(standout, 1.0)))
             culprit = _switch_culprit(s, False) if fam == sig.SW_ECN else _nic_culprit(s, False)
             text = f"{what} on {_where(culprit)}: {peak:,.0f}/s ({_times(peak, b)})"
-            out.append(Evidence("ecn_congestion", fam, culprit, score, peak, b, text))
+            hits.append((standout, Evidence("ecn_congestion", fam, culprit, score, peak, b, text)))
+        hits.sort(key=lambda h: -h[0])
+        if len(hits) >= 2 and fam != sig.NIC_CNP_HANDLED and hits[0][0] < 1.5 * hits[1][0]:
+            top, second = hits[0][1], hits[1][1]
+            text = (
+                f"{what} on {_where(top.culprit)} and {_where(second.culprit)} alike "
+                f"({top.value:,.0f}/s and {second.value:,.0f}/s): no single culprit port"
+            )
+            hits[0] = (hits[0][0], replace(top, score=top.score - 0.1, text=text))
+        out.extend(e for _, e in hits)
     for s, peak, b, _ in ctx.peaks(sig.NIC_XMIT_WAIT):
         if peak >= 0.2 and peak >= 3.0 * b + 0.05:
             culprit = _nic_culprit(s, False)
@@ -272,6 +350,8 @@ def score_links(ctx: ScoreContext) -> list[Evidence]:
 
 def _nvlink_culprit(s: Series) -> Culprit:
     lm = s.label_map()
+    if lm["link"] == "total":  # dcgm-exporter's per-GPU fields
+        return Culprit(f"gpu:{lm['gpu']}", "gpu", (("gpu", lm["gpu"]),))
     return Culprit(
         f"gpu:{lm['gpu']}:link:{lm['link']}",
         "nvlink",
@@ -283,6 +363,8 @@ def score_nvlink(ctx: ScoreContext) -> list[Evidence]:
     """NVLink links going down and error bursts."""
     out: list[Evidence] = []
     for s in ctx.store.family(sig.NVLINK_UP):
+        if not ctx.in_scope(s.labels[0]):
+            continue
         on, base = ctx.windows(s)
         if not on or not base:
             continue
@@ -302,6 +384,8 @@ def score_nvlink(ctx: ScoreContext) -> list[Evidence]:
                 )
             )
     for s, peak, b, m in ctx.peaks(sig.NVLINK_ERRORS):
+        if not ctx.in_scope(s.labels[0]):
+            continue  # the other job's GPU
         if peak >= 10.0 and peak >= 10.0 * (b + 1.0) and peak >= b + 4 * m:
             culprit = _nvlink_culprit(s)
             kind = s.label_map().get("type", "")
@@ -371,7 +455,8 @@ def score_nvlink_throughput(ctx: ScoreContext) -> list[Evidence]:
     """
     st = ctx.settings
     # The last polls before the onset: earlier ones may predate the fault.
-    lo = ctx.onset - min(st.onset_lead, 2.5 * st.tick)
+    sample_s = max(st.tick, ctx.spacing)
+    lo = ctx.onset - min(st.onset_lead, 2.5 * sample_s)
     hi = min(ctx.now, ctx.onset - 1e-3)
     if hi < lo:
         return []
@@ -385,13 +470,15 @@ def score_nvlink_throughput(ctx: ScoreContext) -> list[Evidence]:
         polls: dict[tuple[int, int], list[tuple[str, float]]] = {}
         rows: list[tuple[Series, float, list[tuple[tuple[int, int], float]]]] = []
         for s in ctx.store.family(fam):
+            if not ctx.in_scope(s.labels[0]):
+                continue  # peers are the stalled job's GPUs, not another job's
             base = window(s, ctx.onset - st.baseline_window, ctx.onset - st.onset_lead - 0.001)
             if len(base.values) < 3:
                 continue
             b = _level(base.values)
             if b < st.nvlink_min_bytes:
                 continue  # a link that carries nothing cannot collapse
-            pre = [(span, v / b) for span, v in _fresh_rates(s, lo, hi, st.tick)]
+            pre = [(span, v / b) for span, v in _fresh_rates(s, lo, hi, sample_s)]
             for poll, ratio in pre:
                 polls.setdefault(poll, []).append((s.labels[0], ratio))
             if pre:
@@ -447,6 +534,8 @@ def score_gpu(ctx: ScoreContext, job_gpus: Sequence[str]) -> list[Evidence]:
     st = ctx.settings
     out: list[Evidence] = []
     for s in ctx.store.family(sig.GPU_XID):
+        if not ctx.in_scope(s.labels[0]):
+            continue
         on, _ = ctx.windows(s)
         events = _new_events(s, ctx, on)
         if events <= 0:
@@ -495,6 +584,8 @@ def score_gpu(ctx: ScoreContext, job_gpus: Sequence[str]) -> list[Evidence]:
                 )
             )
     for s in ctx.store.family(sig.GPU_HEALTHY):
+        if not ctx.in_scope(s.labels[0]):
+            continue
         on, base = ctx.windows(s)
         if not on:
             continue
@@ -517,6 +608,8 @@ def score_gpu(ctx: ScoreContext, job_gpus: Sequence[str]) -> list[Evidence]:
     fresh_count = 0
     vanished: list[str] = []
     for gpu in job_gpus:
+        if not ctx.in_scope(gpu):
+            continue
         gs = ctx.store.get(sig.GPU_POWER, (gpu,)) or ctx.store.get(sig.GPU_SM, (gpu,))
         if gs is None:
             continue
@@ -543,6 +636,22 @@ def score_gpu(ctx: ScoreContext, job_gpus: Sequence[str]) -> list[Evidence]:
     return out
 
 
+def _latency_floor(path: str, st: EngineSettings) -> float:
+    """The write latency below which a device class is never slow storage.
+
+    Local NVMe sits at 0.1-0.3 ms, so a few milliseconds is already 10-100x
+    its normal; SAS/SATA/virtio disks (``sd*``, ``vd*``, ``xvd*``, ``hd*``)
+    at a few ms; NFS and other remote paths (and paths of unknown class) keep
+    ``storage_latency_min``.
+    """
+    name = path.rsplit("/", 1)[-1]
+    if name.startswith("nvme"):
+        return st.storage_latency_min_nvme
+    if name.startswith(("sd", "vd", "xvd", "hd")):
+        return st.storage_latency_min_disk
+    return st.storage_latency_min
+
+
 def score_storage(ctx: ScoreContext) -> list[Evidence]:
     """Write latency, probe latency/failures and write-burst volume per path."""
     st = ctx.settings
@@ -554,11 +663,11 @@ def score_storage(ctx: ScoreContext) -> list[Evidence]:
 
     for fam, what in ((sig.ST_WRITE_LAT, "write latency"), (sig.ST_PROBE_LAST, "probe latency")):
         for s, peak, b, _ in ctx.peaks(fam):
-            ratio = peak / max(b, 1e-4)
-            if peak >= st.storage_latency_min and ratio >= st.storage_latency_ratio:
+            ratio = peak / max(b, 1e-6)
+            if peak >= _latency_floor(s.labels[0], st) and ratio >= st.storage_latency_ratio:
                 score = 0.85 + 0.1 * min(1.0, math.log10(ratio / st.storage_latency_ratio))
                 culprit = path_culprit(s)
-                text = f"{what} on {_where(culprit)}: {peak * 1000:,.0f} ms ({_times(peak, b)})"
+                text = f"{what} on {_where(culprit)}: {peak * 1000:,.2f} ms ({_times(peak, b)})"
                 out.append(Evidence("storage_latency", fam, culprit, score, peak, b, text))
     for s in ctx.store.family(sig.ST_PROBE_FAIL):
         on, _ = ctx.windows(s)
@@ -586,7 +695,7 @@ def score_storage(ctx: ScoreContext) -> list[Evidence]:
             out.append(Evidence("checkpoint_write", s.spec.name, culprit, score, peak, b, text))
     for s in ctx.store.family(sig.ST_WRITE_BURST):
         on, _ = ctx.windows(s)
-        if on and max(on.values) >= 0.5:
+        if on and ctx.level(on.values) >= 0.5:
             culprit = path_culprit(s)
             out.append(
                 Evidence(

@@ -96,6 +96,11 @@ MAPPING_TABLE: tuple[tuple[str, str, str], ...] = (
         f"{sig.GPU_XID}{{xid=<value>}}",
         "gauge of the last XID: each change to a non-zero value counts one event",
     ),
+    (
+        "DCGM_FI_DEV_NVLINK_{CRC_FLIT,CRC_DATA,REPLAY,RECOVERY}_ERROR_COUNT_TOTAL{gpu}",
+        f"{sig.NVLINK_ERRORS}{{link=total,type=crc_flit|crc_data|replay|recovery}}",
+        "count (per GPU, all links)",
+    ),
     ("node_infiniband_port_data_transmitted_bytes_total{device,port}", sig.NIC_TX_BYTES, "bytes"),
     ("node_infiniband_port_data_received_bytes_total{device,port}", sig.NIC_RX_BYTES, "bytes"),
     ("node_infiniband_link_downed_total{device,port}", sig.NIC_LINK_DOWNED, "count"),
@@ -161,6 +166,12 @@ _DCGM: dict[str, tuple[str, str, float]] = {
     "DCGM_FI_PROF_NVLINK_RX_BYTES": (sig.NVLINK_RX, "integrate", 1.0),
     "DCGM_FI_DEV_XID_ERRORS": (sig.GPU_XID, "last_xid", 1.0),
 }
+_DCGM_NVLINK_ERRORS = {
+    "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL": "crc_flit",
+    "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL": "crc_data",
+    "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL": "replay",
+    "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL": "recovery",
+}
 _IB: dict[str, tuple[str, str]] = {
     "node_infiniband_port_data_transmitted_bytes_total": (sig.NIC_TX_BYTES, "copy"),
     "node_infiniband_port_data_received_bytes_total": (sig.NIC_RX_BYTES, "copy"),
@@ -203,6 +214,10 @@ def map_series(name: str, labels: dict[str, str]) -> Target | None:
         if family in (sig.NVLINK_TX, sig.NVLINK_RX):
             return Target(family, (gpu, "total"), transform, scale)
         return Target(family, (gpu,), transform, scale)
+    nvlink_error = _DCGM_NVLINK_ERRORS.get(name)
+    if nvlink_error is not None:
+        gpu = labels.get("gpu")
+        return None if gpu is None else Target(sig.NVLINK_ERRORS, (gpu, "total", nvlink_error))
     ib = _IB.get(name)
     if ib is not None:
         if "device" not in labels or "port" not in labels:
@@ -331,12 +346,21 @@ class Mapper:
             if kind != "disk_time":
                 continue
             ops = self._disk.get(("disk_ops", device), {})
+            # A latency is one interval's write time over the same interval's
+            # writes. Where the two counters refresh in different cycles one
+            # moves while the other does not, and the next interval holds the
+            # other's late delta: both intervals are skipped (a write-time
+            # delta over a near-zero write count reads as a huge spike).
+            in_step = True
             for ts, busy in times.items():
                 n = ops.get(ts)
-                if n is not None and n > 0:
-                    self.out.append((ts, sig.ST_WRITE_LAT, (device,), busy / n))
-                elif n is not None:
-                    self.out.append((ts, sig.ST_WRITE_LAT, (device,), 0.0))
+                if n is None:
+                    in_step = False
+                    continue
+                step = (busy > 0) == (n > 0)
+                if step and in_step:
+                    self.out.append((ts, sig.ST_WRITE_LAT, (device,), busy / n if n > 0 else 0.0))
+                in_step = step
         self._disk.clear()
         self.out.sort(key=itemgetter(0))
         return self.out
@@ -659,6 +683,7 @@ class ReplayResult:
     start: float = 0.0
     end: float = 0.0
     ignored: dict[str, int] = field(default_factory=dict)
+    spacing: float = math.nan  # median sample spacing seen (seconds)
 
     def incidents(self) -> list[IncidentTransition]:
         """The latest transition of each incident, by onset."""
@@ -673,6 +698,27 @@ def replay_store(history: int = 600) -> SnapshotStore:
     store = SnapshotStore(history=history)
     store.register("replay", sig.SIGNAL_SPECS.values())
     return store
+
+
+def observed_spacing(samples: Sequence[Sample], per_series: int = 32) -> float:
+    """Median interval between consecutive samples of a series, over the
+    first ``per_series`` intervals of every series (NaN when none repeats).
+    The engine derives its own spacing from what it stores, live and in
+    replay alike; this is what replay reports."""
+    last: dict[tuple[str, tuple[str, ...]], float] = {}
+    count: dict[tuple[str, tuple[str, ...]], int] = {}
+    gaps: list[float] = []
+    for ts, name, labels, _ in samples:
+        key = (name, labels)
+        prev = last.get(key)
+        last[key] = ts
+        if prev is None or ts <= prev:
+            continue
+        n = count.get(key, 0)
+        if n < per_series:
+            count[key] = n + 1
+            gaps.append(ts - prev)
+    return sig.median(gaps) if gaps else math.nan
 
 
 def run_replay(
@@ -697,6 +743,7 @@ def run_replay(
     if t < first:
         t += tick
     result.start, result.end = first, last
+    result.spacing = observed_spacing(samples)
     # Families the engine never reads cannot change its results: skip them
     # (the tick grid still spans every sample, as live ticks regardless).
     used = sig.ENGINE_FAMILIES

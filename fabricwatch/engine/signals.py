@@ -8,8 +8,9 @@ specs are also what replay and the scenario simulator register in a fresh
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 
 from fabricwatch.readings import MetricKind, MetricSpec
 from fabricwatch.store import Series
@@ -39,6 +40,7 @@ SW_PORT_UP = "fabricwatch_switch_port_up"
 SW_RX_BYTES = "fabricwatch_switch_port_receive_bytes"
 SW_TX_BYTES = "fabricwatch_switch_port_transmit_bytes"
 SW_DISCARDS = "fabricwatch_switch_port_discards"
+SW_PORT_SPEED = "fabricwatch_switch_port_speed_bytes"
 NIC_PFC_RATIO = "fabricwatch_nic_pfc_pause_ratio"
 NIC_PFC_FRAMES = "fabricwatch_nic_pfc_pause_frames"
 NIC_ECN = "fabricwatch_nic_ecn_marked_packets"
@@ -85,6 +87,7 @@ SIGNAL_SPECS: Mapping[str, MetricSpec] = {
         MetricSpec(SW_RX_BYTES, C, "Switch port received bytes.", _SW),
         MetricSpec(SW_TX_BYTES, C, "Switch port transmitted bytes.", _SW),
         MetricSpec(SW_DISCARDS, C, "Switch port discards.", (*_SW, "direction")),
+        MetricSpec(SW_PORT_SPEED, G, "Port speed (ifHighSpeed) in bytes per second.", _SW),
         MetricSpec(NIC_PFC_RATIO, G, "Host NIC PFC pause-time fraction, 0-1.", _NICP),
         MetricSpec(NIC_PFC_FRAMES, C, "Host NIC PFC pause frames.", _NICP),
         MetricSpec(NIC_ECN, C, "RoCE packets received ECN-marked.", _NIC),
@@ -119,7 +122,7 @@ FAMILY_GROUPS: Mapping[str, tuple[str, ...]] = {
 """Evidence families; an absent group lowers confidence and is named in the incident."""
 
 ENGINE_FAMILIES: frozenset[str] = frozenset(
-    {GPU_POWER_LIMIT, GPU_MEM, GPU_PROCS, GPU_JOB}.union(*FAMILY_GROUPS.values())
+    {GPU_POWER_LIMIT, GPU_MEM, GPU_PROCS, GPU_JOB, SW_PORT_SPEED}.union(*FAMILY_GROUPS.values())
 )
 """Every family the engine reads (tested against what it actually touches).
 Replay stores only these: byte counters of NICs and switch ports are many of a
@@ -173,3 +176,55 @@ def mad(values: Iterable[float], center: float) -> float:
 def fresh(series: Series | None, now: float, max_age: float) -> bool:
     """True when ``series`` exists and was updated within ``max_age`` seconds."""
     return series is not None and now - series.updated <= max_age
+
+
+def spacing(series: Series, n: int = 9) -> float:
+    """Typical interval between a series' samples: the median of its last ``n``
+    intervals (robust to a missing sample or a collector gap); NaN with fewer
+    than two samples."""
+    hist = series.history
+    k = len(hist)
+    if k < 2:
+        return math.nan
+    ts = [hist[i].ts for i in range(max(0, k - n - 1), k)]
+    return median(b - a for a, b in pairwise(ts) if b > a)
+
+
+def sustained(values: Sequence[float]) -> float:
+    """The level a window held on at least two samples (its second-highest
+    value; the only value of a one-sample window). One poll is not evidence:
+    a swapped sample, a stray burst or a counter artefact reads high once."""
+    if len(values) < 2:
+        return values[0] if values else math.nan
+    top = second = -math.inf
+    for v in values:
+        if v > top:
+            top, second = v, top
+        elif v > second:
+            second = v
+    return second
+
+
+def iteration_period(values: Sequence[float], times: Sequence[float]) -> float | None:
+    """The job's rhythm (seconds per iteration) from a work or traffic series:
+    the mean interval between up-crossings of its median, with hysteresis.
+    None when fewer than three crossings show (a flat series, or one
+    sampled slower than it oscillates)."""
+    if len(values) < 8:
+        return None
+    srt = sorted(values)
+    mid = srt[len(srt) // 2]
+    band = 0.15 * (srt[int(0.9 * (len(srt) - 1))] - srt[int(0.1 * (len(srt) - 1))])
+    if band <= 0:
+        return None
+    ups: list[float] = []
+    low = False
+    for v, t in zip(values, times, strict=True):
+        if v < mid - band:
+            low = True
+        elif v > mid + band and low:
+            ups.append(t)
+            low = False
+    if len(ups) < 3:
+        return None
+    return (ups[-1] - ups[0]) / (len(ups) - 1)

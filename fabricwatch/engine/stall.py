@@ -86,6 +86,7 @@ class StallDetector:
         self._s = settings
         self.gpus: dict[str, GpuState] = {}
         self._seen: tuple[Series, ...] = ()
+        self._spacing = 1.0
         self._order: list[tuple[GpuState, _Handles]] = []
 
     def _refresh(self, store: SnapshotStore) -> None:
@@ -194,12 +195,30 @@ class StallDetector:
             return
         if ts <= st.last_sample and signal == st.signal:
             return  # no new sample since the last tick
+        before = st.recent[-1] if st.recent and signal == st.signal else None
+        before_ts = st.last_sample
         st.signal = signal
         st.work = work
         st.last_sample = ts
         idle = work < threshold + s.hysteresis if st.idle else work < threshold
+        if st.idle and not idle:
+            # Smoothing mixes no idle samples into the work level: a GPU
+            # coming back from a stall is not slow.
+            st.recent.clear()
         if idle and not st.idle:
             st.idle_since = ts
+            # A sample slower than the tick is an average over its interval:
+            # one at under half the GPU's normal work, just before the first
+            # idle one, had the stall start inside it.
+            sp = self._spacing
+            if (
+                sp > 2 * s.tick
+                and before is not None
+                and st.baseline
+                and before < 0.5 * st.baseline
+                and ts - before_ts <= 1.5 * sp
+            ):
+                st.idle_since = before_ts
         st.idle = idle
         st.recent.append(work)
 
@@ -219,6 +238,25 @@ class StallDetector:
         # so a long evaluation phase eventually becomes the new normal.
         alpha = s.tick / (600.0 if slow else 60.0)
         st.baseline += alpha * (st.work - st.baseline)
+
+    def retune(self, settings: EngineSettings, spacing: float) -> None:
+        """Use ``settings`` (the engine's, scaled to the observed ``spacing``) from now on."""
+        self._s = settings
+        self._spacing = spacing
+
+    def spacing(self) -> float:
+        """Observed sample spacing of the GPUs' work signals (median over GPUs;
+        NaN before two samples)."""
+        found: list[float] = []
+        for _, h in self._order:
+            for idx in (_SM, _POWER, _UTIL):
+                series = h[idx]
+                if series is not None:
+                    sp = sig.spacing(series)
+                    if not math.isnan(sp):
+                        found.append(sp)
+                        break
+        return sig.median(found) if found else math.nan
 
     def stalled(self) -> list[GpuState]:
         """GPUs stalled now."""
