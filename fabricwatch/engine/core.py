@@ -126,6 +126,12 @@ class Engine:
         self._eff = settings
         self._scaled: dict[float, EngineSettings] = {}
         self._ticks = 0
+        # Communication-throughput slowdown: when it was last checked, the GPUs
+        # found slow, and since when.
+        self._comm_checked = -math.inf
+        self._comm_gpus: list[GpuState] = []
+        self._comm_since = 0.0
+        self._stall_end = -math.inf
 
     # -- public surface -------------------------------------------------
 
@@ -149,10 +155,21 @@ class Engine:
         job = self.detector.job_gpus()
         if len(stalled) < max(1, math.ceil(s.stall_gpus_ratio * len(job))):
             stalled = []
+        was_stalled = self._stall is not None
         self._stall = self._step(self._stall, "stall", stalled, now=now, dt=dt, out=out)
-        if self._stall is None:
+        if was_stalled and self._stall is None:
+            self._stall_end = now
+        # A job recovering from a stall (its first samples partly idle, its
+        # throughput averaged with the stall's) is not slow: no slowdown
+        # starts within one throughput window of a stall.
+        recovering = now - self._stall_end < self._comm_window() or was_stalled
+        if self._stall is None and recovering and self._slow is None:
+            pass
+        elif self._stall is None:
             need = max(1, math.ceil(s.slow_gpus_ratio * len(job)))
             slow = [g for g in job if g.slow]
+            if len(slow) < need:
+                slow = self._comm_slow(job, now)
             self._slow = self._step(
                 self._slow, "slowdown", slow if len(slow) >= need else [], now=now, dt=dt, out=out
             )
@@ -209,6 +226,51 @@ class Engine:
             except (KeyError, ValueError, TypeError):
                 continue
             self._live[inc.key] = _Live(inc, inc.onset - self._offset, ended=now)
+
+    def _comm_window(self) -> float:
+        """Seconds over which communication throughput is averaged: enough
+        iterations of any rhythm to cancel the compute/communication cycle."""
+        return max(30.0, 4.0 * self.spacing)
+
+    def _comm_slow(self, job: list[GpuState], now: float) -> list[GpuState]:
+        """Job GPUs whose NVLink throughput fell below ``slow_ratio`` of their
+        own baseline (a shallow slowdown: all-reduce 30-70 % slower while SM
+        activity, busy through the longer communication phase, barely moves).
+
+        Checked once a sample (it reads a window of rates per GPU); the
+        result holds between checks.
+        """
+        s = self._eff
+        if now - self._comm_checked < max(s.tick, self.spacing):
+            return self._comm_gpus
+        self._comm_checked = now
+        w = self._comm_window()
+        out: list[GpuState] = []
+        for g in job:
+            series = self.store.get(sig.NVLINK_TX, (g.gpu, "total"))
+            links = [series] if series is not None else []
+            if not links:
+                links = [x for x in self.store.family(sig.NVLINK_TX) if x.labels[0] == g.gpu]
+            recent = base = 0.0
+            n_recent = n_base = 0
+            for x in links:
+                r = sig.window(x, now - w, now)
+                b = sig.window(x, now - w - s.baseline_window, now - w - 1e-3)
+                if len(r.values) < 2 or len(b.values) < 4:
+                    continue
+                recent += sum(r.values) / len(r.values)
+                base += sum(b.values) / len(b.values)
+                n_recent += 1
+                n_base += 1
+            if n_base and base >= s.nvlink_min_bytes and recent < s.slow_ratio * base:
+                out.append(g)
+        need = max(1, math.ceil(s.slow_gpus_ratio * len(job)))
+        if len(out) < need:
+            out = []
+        elif not self._comm_gpus:
+            self._comm_since = now - w / 2
+        self._comm_gpus = out
+        return out
 
     def _retune(self) -> None:
         """Re-derive the sample spacing and the settings scaled to it."""
@@ -279,6 +341,7 @@ class Engine:
             spacing=self.spacing,
             scope=self._scope(ep, now),
             min_samples=min_samples,
+            reach=self._comm_window() if ep.kind == "slowdown" else 0.0,
         )
         job = [g.gpu for g in self.detector.job_gpus()]
         evidence = collect(ctx, job)
@@ -315,7 +378,11 @@ class Engine:
             return ep
         if ep is None:
             stall = kind == "stall"
-            onset = self._stall_onset(bad) if stall else min(g.slow_since for g in bad)
+            onset = (
+                self._stall_onset(bad)
+                if stall
+                else min(g.slow_since if g.slow else self._comm_since for g in bad)
+            )
             ep = _Episode(kind, onset, now, run_onset=onset)
         elif ep.broken_at is not None:
             since = min(g.idle_since if kind == "stall" else g.slow_since for g in bad)
@@ -367,7 +434,11 @@ class Engine:
         if now >= ep.next_score:
             ep.next_score = now + s.rescore_every
             attr, missing = self._score(ep, now)
-            if attr.cause != "unknown" and (
+            # Once the onset window is complete, evidence that did not last
+            # through it (a burst that coincided with the first idle polls)
+            # no longer explains the stall: the verdict may fall to unknown.
+            settled = now - ep.onset >= max(5.0, 2.0 * self.spacing, 3.0 * s.tick)
+            if (attr.cause != "unknown" or (settled and ep.kind == "stall")) and (
                 attr.cause != inc.cause
                 or attr.culprit.key != inc.culprit.key
                 or abs(attr.confidence - inc.confidence) >= 0.1
@@ -420,10 +491,13 @@ class Engine:
         clear = self._clear.get("stall", -math.inf)
         seen = dict(self._idle_at_clear)
         hold = self._eff.end_after
+        # Samples slower than the tick are interval averages: a stall that
+        # began inside the last one before the clear tick began before it.
+        slack = self.spacing if self.spacing > 2 * self.settings.tick else 0.0
         trusted = [
             g.idle_since
             for g in bad
-            if g.idle_since > clear
+            if g.idle_since > clear - slack
             or (seen.get(g.gpu) == g.idle_since and clear - g.idle_since <= hold)
         ]
         return min(trusted) if trusted else clear

@@ -86,16 +86,26 @@ class ScoreContext:
     spacing: float = 1.0
     scope: frozenset[str] = frozenset()
     min_samples: int = 2
+    reach: float = 0.0  # > 0: the onset window reaches this far past the onset
 
-    def level(self, values: Sequence[float]) -> float:
+    def level(self, values: Sequence[float], *, lasting: bool = True) -> float:
         """The level a window held on ``min_samples`` samples (2: one poll is
-        not evidence; 1 only where a second sample is checked separately)."""
-        return sustained(values) if self.min_samples >= 2 else max(values)
+        not evidence; 1 only where a second sample is checked separately).
+
+        ``lasting``: also still there at the window's newest sample, while
+        the GPUs wait (a fabric burst that coincided with the first idle
+        polls and is gone is no cause). Checkpoint writes need not last: a
+        node writes its shard and then waits for the other ranks' writes.
+        """
+        if self.min_samples < 2:
+            return max(values)
+        level = sustained(values)
+        return min(level, values[-1]) if lasting else level
 
     def on_end(self) -> float:
         """End of the onset window: what was present at the onset, not what came
         later (a second fault while the GPUs already wait is no cause)."""
-        reach = max(3.0 * self.settings.tick, 2.0 * self.spacing, 5.0)
+        reach = max(3.0 * self.settings.tick, 2.0 * self.spacing, 5.0, self.reach)
         return min(self.now, self.onset + reach)
 
     def windows(self, s: Series) -> tuple[Window, Window]:
@@ -110,7 +120,9 @@ class ScoreContext:
         """Whether evidence on ``gpu`` may explain this stall."""
         return not self.scope or gpu in self.scope
 
-    def peaks(self, family: str) -> Iterator[tuple[Series, float, float, float]]:
+    def peaks(
+        self, family: str, *, lasting: bool = True
+    ) -> Iterator[tuple[Series, float, float, float]]:
         """(series, sustained onset level, baseline, baseline MAD) of each series with data.
 
         The onset level is what the window held on two samples or more
@@ -120,7 +132,7 @@ class ScoreContext:
             on, base = self.windows(s)
             if on:
                 b, m = _baseline(base)
-                yield s, self.level(on.values), b, m
+                yield s, self.level(on.values, lasting=lasting), b, m
 
 
 def _baseline(base: Window, default: float = 0.0) -> tuple[float, float]:
@@ -686,7 +698,7 @@ def score_storage(ctx: ScoreContext) -> list[Evidence]:
                     f"storage probe failed ({reason}) on {_where(culprit)}",
                 )
             )
-    for s, peak, b, _ in ctx.peaks(sig.ST_WRITE_BYTES):
+    for s, peak, b, _ in ctx.peaks(sig.ST_WRITE_BYTES, lasting=False):
         if peak >= st.burst_min_bytes and peak >= st.burst_factor * b:
             ratio = peak / max(b, 1.0)
             score = 0.85 + 0.1 * min(1.0, math.log10(max(ratio / st.burst_factor, 1.0)) / 2.0)
@@ -695,7 +707,7 @@ def score_storage(ctx: ScoreContext) -> list[Evidence]:
             out.append(Evidence("checkpoint_write", s.spec.name, culprit, score, peak, b, text))
     for s in ctx.store.family(sig.ST_WRITE_BURST):
         on, _ = ctx.windows(s)
-        if on and ctx.level(on.values) >= 0.5:
+        if on and ctx.level(on.values, lasting=False) >= 0.5:
             culprit = path_culprit(s)
             out.append(
                 Evidence(

@@ -314,9 +314,9 @@ class Mapper:
         elif tr == "last_xid":
             self._xid(target, ts, value)
         elif tr in ("disk_time", "disk_ops"):
-            rate = self._tracker.update((source, target.labels), value, ts)
-            if rate is not None:
-                self._disk.setdefault((tr, target.labels[0]), {})[ts] = rate.per_second
+            # Raw totals: the latency needs both counters' deltas over the
+            # very same interval (finish()), which smoothed rates are not.
+            self._disk.setdefault((tr, target.labels[0]), {})[ts] = value
 
     def _xid(self, target: Target, ts: float, value: float) -> None:
         gpu = target.labels[0]
@@ -347,16 +347,21 @@ class Mapper:
                 continue
             ops = self._disk.get(("disk_ops", device), {})
             # A latency is one interval's write time over the same interval's
-            # writes. Where the two counters refresh in different cycles one
-            # moves while the other does not, and the next interval holds the
-            # other's late delta: both intervals are skipped (a write-time
-            # delta over a near-zero write count reads as a huge spike).
+            # writes, from the raw totals at timestamps both counters share.
+            # Where the two refresh in different cycles one moves while the
+            # other does not, and the next interval holds the other's late
+            # delta: both intervals are skipped (a write-time delta over a
+            # near-zero write count reads as a huge spike).
+            prev: tuple[float, float] | None = None
             in_step = True
-            for ts, busy in times.items():
-                n = ops.get(ts)
-                if n is None:
-                    in_step = False
+            for ts in sorted(t for t in times if t in ops):
+                busy_total, n_total = times[ts], ops[ts]
+                if prev is None or busy_total < prev[0] or n_total < prev[1]:
+                    prev = (busy_total, n_total)  # first sample or a reset
+                    in_step = True
                     continue
+                busy, n = busy_total - prev[0], n_total - prev[1]
+                prev = (busy_total, n_total)
                 step = (busy > 0) == (n > 0)
                 if step and in_step:
                     self.out.append((ts, sig.ST_WRITE_LAT, (device,), busy / n if n > 0 else 0.0))

@@ -207,14 +207,16 @@ def sustained(values: Sequence[float]) -> float:
 
 def iteration_period(values: Sequence[float], times: Sequence[float]) -> float | None:
     """The job's rhythm (seconds per iteration) from a work or traffic series:
-    the mean interval between up-crossings of its median, with hysteresis.
+    the mean interval between up-crossings of its mid-level, with hysteresis.
     None when fewer than three crossings show (a flat series, or one
     sampled slower than it oscillates)."""
     if len(values) < 8:
         return None
     srt = sorted(values)
-    mid = srt[len(srt) // 2]
-    band = 0.15 * (srt[int(0.9 * (len(srt) - 1))] - srt[int(0.1 * (len(srt) - 1))])
+    lo, hi = srt[int(0.1 * (len(srt) - 1))], srt[int(0.9 * (len(srt) - 1))]
+    # Midway between the levels: a duty cycle's median sits on one of them.
+    mid = (lo + hi) / 2
+    band = 0.15 * (hi - lo)
     if band <= 0:
         return None
     ups: list[float] = []
