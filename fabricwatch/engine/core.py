@@ -245,24 +245,39 @@ class Engine:
             return self._comm_gpus
         self._comm_checked = now
         w = self._comm_window()
+        chunks = max(3, int(s.baseline_window // w))
         out: list[GpuState] = []
         for g in job:
             series = self.store.get(sig.NVLINK_TX, (g.gpu, "total"))
             links = [series] if series is not None else []
             if not links:
                 links = [x for x in self.store.family(sig.NVLINK_TX) if x.labels[0] == g.gpu]
-            recent = base = 0.0
-            n_recent = n_base = 0
+            recent = 0.0
+            history = [0.0] * chunks
+            ok = bool(links)
             for x in links:
                 r = sig.window(x, now - w, now)
-                b = sig.window(x, now - w - s.baseline_window, now - w - 1e-3)
-                if len(r.values) < 2 or len(b.values) < 4:
-                    continue
+                if len(r.values) < 2:
+                    ok = False
+                    break
                 recent += sum(r.values) / len(r.values)
-                base += sum(b.values) / len(b.values)
-                n_recent += 1
-                n_base += 1
-            if n_base and base >= s.nvlink_min_bytes and recent < s.slow_ratio * base:
+                for j in range(chunks):
+                    c = sig.window(x, now - (j + 2) * w, now - (j + 1) * w - 1e-3)
+                    if len(c.values) < 2:
+                        ok = False
+                        break
+                    history[j] += sum(c.values) / len(c.values)
+            if not ok:
+                continue
+            base = sig.median(history)
+            if base < s.nvlink_min_bytes:
+                continue
+            # A drop that stands out from how much the job's own throughput
+            # varies from window to window (3 sigma, at least 10 %), and never
+            # more than slow_ratio asks of SM activity.
+            spread = sig.mad(history, base) / base
+            drop = min(1.0 - s.slow_ratio, max(0.1, 3.0 * spread))
+            if recent < (1.0 - drop) * base:
                 out.append(g)
         need = max(1, math.ceil(s.slow_gpus_ratio * len(job)))
         if len(out) < need:
@@ -346,7 +361,9 @@ class Engine:
         job = [g.gpu for g in self.detector.job_gpus()]
         evidence = collect(ctx, job)
         missing = missing_groups(self.store, now, s.sample_max_age)
-        return attribute(evidence, missing, min_evidence=s.min_evidence), tuple(missing)
+        late_after = ep.onset + max(s.tick, 0.5 * self.spacing)
+        attr = attribute(evidence, missing, min_evidence=s.min_evidence, late_after=late_after)
+        return attr, tuple(missing)
 
     def _step(
         self,

@@ -67,6 +67,9 @@ class Evidence:
     value: float
     baseline: float
     text: str
+    # When the series first reached halfway from its baseline to ``value``
+    # (NaN: not known; treated as present at the onset).
+    since: float = math.nan
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,7 +115,22 @@ class ScoreContext:
         """(onset window, baseline window) of one series."""
         st = self.settings
         lead = st.onset_lead
-        on = window(s, self.onset - lead, self.on_end())
+        end = self.on_end()
+        sample_s = max(st.tick, self.spacing)
+        on = window(s, self.onset - lead, min(self.now, self.onset + 10.0 * sample_s))
+        # Up to the window's end, and on to the second sample at or after the
+        # onset where a collector gap left fewer: whether evidence lasted is
+        # decided on samples, not on a clock that ran while nothing came.
+        after = 0
+        keep = 0
+        for t in on.times:
+            if t > end and after >= 2:
+                break
+            if t >= self.onset - 0.5 * sample_s:
+                after += 1
+            keep += 1
+        if keep < len(on.times):
+            on = Window(on.values[:keep], on.times[:keep])
         base = window(s, self.onset - st.baseline_window, self.onset - lead - 0.001)
         return on, base
 
@@ -734,12 +752,44 @@ SCORERS: tuple[Scorer, ...] = (
 )
 
 
+# Counters whose evidence is a count of events (any non-zero rate is one).
+_EVENT_FAMILIES = frozenset({sig.NIC_LINK_DOWNED, sig.GPU_XID, sig.ST_PROBE_FAIL})
+
+
+def _first_seen(ctx: ScoreContext, e: Evidence) -> float:
+    """When the series behind ``e`` first showed it: the first sample of its
+    onset window halfway from the baseline to the evidence level (NaN where
+    the evidence is not one series' level, e.g. a GPU's links together)."""
+    spec = sig.SIGNAL_SPECS.get(e.family)
+    if spec is None or e.family in (sig.SW_PFC_FRAMES, sig.NIC_PFC_FRAMES):
+        return math.nan
+    labels = dict(e.culprit.labels)
+    try:
+        key = tuple(labels[k] for k in spec.labels)
+    except KeyError:
+        return math.nan
+    s = ctx.store.get(e.family, key)
+    if s is None:
+        return math.nan
+    on, _ = ctx.windows(s)
+    if e.family in _EVENT_FAMILIES:
+        return next((t for t, v in zip(on.times, on.values, strict=True) if v > 0), math.nan)
+    mid = (e.value + e.baseline) / 2.0
+    up = e.value >= e.baseline
+    for t, v in zip(on.times, on.values, strict=True):
+        if (v >= mid) if up else (v <= mid):
+            return t
+    return math.nan
+
+
 def collect(ctx: ScoreContext, job_gpus: Sequence[str]) -> list[Evidence]:
-    """Run every scorer; evidence sorted by score, strongest first."""
+    """Run every scorer; evidence sorted by score, strongest first, each with
+    the time it first showed (:attr:`Evidence.since`)."""
     out: list[Evidence] = []
     for scorer in SCORERS:
         out.extend(scorer(ctx))
     out.extend(score_gpu(ctx, job_gpus))
+    out = [replace(e, since=_first_seen(ctx, e)) for e in out]
     out.sort(key=lambda e: (-e.score, e.cause, e.culprit.key, e.family))
     return out
 

@@ -175,13 +175,17 @@ class StallDetector:
         work: float
         threshold: float
         ts: float
+        if power is not None and now - power.updated <= age:
+            # The observed peak is the reference where no limit is exported:
+            # tracked while SM activity is the signal too, so a GPU whose SM
+            # field vanishes is not compared with its idle draw.
+            st.peak_power = max(st.peak_power, power.value)
         if healthy is not None and now - healthy.updated <= age and healthy.value < 0.5:
             work, threshold, ts, signal = 0.0, 1.0, healthy.updated, "healthy"
         elif sm is not None and now - sm.updated <= age:
             work, threshold, ts, signal = sm.value, s.idle_sm_ratio, sm.updated, "sm_active"
         elif power is not None and now - power.updated <= age:
             limit = h[_LIMIT]
-            st.peak_power = max(st.peak_power, power.value)
             ref = limit.value if limit is not None and limit.value > 0 else st.peak_power
             if ref <= 0:
                 st.work = None

@@ -394,6 +394,13 @@ def _write(
         for _ in range(int(plan.duration / 1200)):
             g0 = r.uniform(0, plan.duration)
             gaps.append((exporter, g0, g0 + sp * r.randint(1, 4)))
+    # Scrape-time jitter: one per scrape of an exporter, shared by its series
+    # (one exporter's samples of one scrape carry one timestamp).
+    n_scrapes = steps // per + 1
+    jitter = {
+        exporter: [r.uniform(-0.05, 0.05) * sp if noisy else 0.0 for _ in range(n_scrapes)]
+        for exporter in ("dcgm", "node")
+    }
 
     def series(
         exporter: str,
@@ -423,7 +430,7 @@ def _write(
                 if len(vals) < len(chunk):
                     continue  # the GPU stopped reporting
                 value = sum(vals) / len(vals)
-            ts = round(T0 + i * DT + offset + (r.uniform(-0.05, 0.05) * sp if noisy else 0), 3)
+            ts = round(T0 + i * DT + offset + jitter[exporter][i // per], 3)
             if any(e == exporter and g0 <= ts < g1 for e, g0, g1 in gaps):
                 continue
             if r.random() < miss:
