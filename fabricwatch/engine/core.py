@@ -9,7 +9,7 @@ them, so nothing downstream ever sees an incident that is not on disk.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from fabricwatch.engine import signals as sig
@@ -23,6 +23,7 @@ from fabricwatch.engine.incidents import (
     incident_key,
     summarize,
 )
+from fabricwatch.engine.jobs import coactive_groups
 from fabricwatch.engine.settings import EngineSettings
 from fabricwatch.engine.stall import GpuState, StallDetector
 from fabricwatch.readings import MetricKind, MetricSpec, Reading
@@ -87,6 +88,8 @@ class _Episode:
     # rhythm plus one sample (a fault stalls the GPUs only when the compute
     # phase in flight ends).
     lead: float = 0.0
+    # Each GPU's job-mates (job labels live, co-activity in replay).
+    peers: Mapping[str, frozenset[str]] | None = None
 
 
 class Engine:
@@ -132,6 +135,8 @@ class Engine:
         self._comm_gpus: list[GpuState] = []
         self._comm_since = 0.0
         self._stall_end = -math.inf
+        self._rhythm_s = 0.0  # the job's iteration period, as last measured
+        self._rhythm_at = -math.inf
 
     # -- public surface -------------------------------------------------
 
@@ -228,9 +233,10 @@ class Engine:
             self._live[inc.key] = _Live(inc, inc.onset - self._offset, ended=now)
 
     def _comm_window(self) -> float:
-        """Seconds over which communication throughput is averaged: enough
-        iterations of any rhythm to cancel the compute/communication cycle."""
-        return max(30.0, 4.0 * self.spacing)
+        """Seconds over which communication throughput is averaged: four
+        iterations of the job's rhythm (at least 30 s, 4 samples), so the
+        compute/communication cycle cancels out."""
+        return max(30.0, 4.0 * self.spacing, 4.0 * self._rhythm_s)
 
     def _comm_slow(self, job: list[GpuState], now: float) -> list[GpuState]:
         """Job GPUs whose NVLink throughput fell below ``slow_ratio`` of their
@@ -244,6 +250,9 @@ class Engine:
         if now - self._comm_checked < max(s.tick, self.spacing):
             return self._comm_gpus
         self._comm_checked = now
+        if now - self._rhythm_at >= 60.0:
+            self._rhythm_at = now
+            self._rhythm_s = self._rhythm(now)
         w = self._comm_window()
         chunks = max(3, int(s.baseline_window // w))
         out: list[GpuState] = []
@@ -252,6 +261,8 @@ class Engine:
             links = [series] if series is not None else []
             if not links:
                 links = [x for x in self.store.family(sig.NVLINK_TX) if x.labels[0] == g.gpu]
+            if self._idled(g, now - w, now):
+                continue
             recent = 0.0
             history = [0.0] * chunks
             ok = bool(links)
@@ -287,6 +298,20 @@ class Engine:
         self._comm_gpus = out
         return out
 
+    def _idled(self, g: GpuState, lo: float, hi: float) -> bool:
+        """Whether ``g`` had an idle sample in [lo, hi]: a slowdown is work
+        going on at a lower rate; a stall's tail or a dip inside the window
+        would lower its average throughput without being one."""
+        s = self._eff
+        sm = self.store.get(sig.GPU_SM, (g.gpu,))
+        if sm is not None and sm.updated >= lo:
+            return any(v < s.idle_sm_ratio for v in sig.window(sm, lo, hi).values)
+        power = self.store.get(sig.GPU_POWER, (g.gpu,))
+        if power is not None and g.peak_power > 0:
+            floor = s.idle_power_ratio * g.peak_power
+            return any(v < floor for v in sig.window(power, lo, hi).values)
+        return False
+
     def _retune(self) -> None:
         """Re-derive the sample spacing and the settings scaled to it."""
         sp = self.detector.spacing()
@@ -302,14 +327,17 @@ class Engine:
         self.detector.retune(eff, sp)
 
     def _lead(self, onset: float) -> float:
-        """One iteration of the job's rhythm plus one sample (at least ``onset_lead``).
+        """One iteration of the job's rhythm plus one sample (at least ``onset_lead``)."""
+        return max(self._eff.onset_lead, min(self._rhythm(onset), 60.0) + self.spacing)
 
-        The rhythm is measured on the job GPUs' work signal before the onset;
-        where it cannot be (flat, or sampled slower than it oscillates) it is
-        at most two samples (the Nyquist bound), and that is used.
-        """
+    def _rhythm(self, until: float) -> float:
+        """The job's iteration period, measured on the job GPUs' work signal
+        before ``until``; where it cannot be (flat, or sampled slower than it
+        oscillates) it is at most two samples (the Nyquist bound), and that
+        is used."""
         s = self._eff
         sp = self.spacing
+        onset = until
         periods: list[float] = []
         for g in self.detector.job_gpus():
             for fam in (sig.GPU_SM, sig.GPU_POWER):
@@ -322,9 +350,20 @@ class Engine:
                     periods.append(p)
                 break
         rhythm = sig.median(periods) if periods else 0.0
-        if not rhythm >= 2 * sp:
-            rhythm = 2 * sp
-        return max(s.onset_lead, min(rhythm, 60.0) + sp)
+        return rhythm if rhythm >= 2 * sp else 2 * sp
+
+    def _peers(self, ep: _Episode) -> Mapping[str, frozenset[str]]:
+        """Each job GPU's job-mates: by job label where the GPUs have one,
+        else by co-activity over the baseline before the onset."""
+        job = self.detector.job_gpus()
+        if job and all(g.job for g in job):
+            by_job: dict[str, set[str]] = {}
+            for g in job:
+                by_job.setdefault(g.job, set()).add(g.gpu)
+            return {g.gpu: frozenset(by_job[g.job]) for g in job}
+        s = self._eff
+        names = sorted((g.gpu for g in job), key=_gpu_order)
+        return coactive_groups(self.store, names, ep.onset - s.baseline_window, ep.onset - ep.lead)
 
     def _scope(self, ep: _Episode, now: float) -> frozenset[str]:
         """The stalled job's GPUs: those stalled in the episode, the GPUs of
@@ -348,6 +387,8 @@ class Engine:
         s = self._eff
         if ep.lead <= 0:
             ep.lead = self._lead(ep.onset)
+        if ep.peers is None:
+            ep.peers = self._peers(ep)
         ctx = ScoreContext(
             self.store,
             replace(s, onset_lead=ep.lead),
@@ -357,6 +398,8 @@ class Engine:
             scope=self._scope(ep, now),
             min_samples=min_samples,
             reach=self._comm_window() if ep.kind == "slowdown" else 0.0,
+            slowdown=ep.kind == "slowdown",
+            peers=ep.peers,
         )
         job = [g.gpu for g in self.detector.job_gpus()]
         evidence = collect(ctx, job)

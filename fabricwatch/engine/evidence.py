@@ -10,7 +10,7 @@ lower its confidence instead of guessing.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from itertools import pairwise
 
@@ -90,6 +90,14 @@ class ScoreContext:
     scope: frozenset[str] = frozenset()
     min_samples: int = 2
     reach: float = 0.0  # > 0: the onset window reaches this far past the onset
+    slowdown: bool = False
+    peers: Mapping[str, frozenset[str]] | None = None
+
+    def same_job(self, a: str, b: str) -> bool:
+        """Whether GPUs ``a`` and ``b`` are job-mates (unknown: yes)."""
+        if not self.peers or a not in self.peers:
+            return True
+        return b in self.peers[a]
 
     def level(self, values: Sequence[float], *, lasting: bool = True) -> float:
         """The level a window held on ``min_samples`` samples (2: one poll is
@@ -102,6 +110,10 @@ class ScoreContext:
         """
         if self.min_samples < 2:
             return max(values)
+        if self.slowdown:
+            # A slowdown lasts its whole window: evidence must hold on half of
+            # its samples (a burst inside it explains nothing).
+            return median(values)
         level = sustained(values)
         return min(level, values[-1]) if lasting else level
 
@@ -115,6 +127,12 @@ class ScoreContext:
         """(onset window, baseline window) of one series."""
         st = self.settings
         lead = st.onset_lead
+        if self.slowdown and self.reach > 0:
+            # A slowdown is going on: its evidence is what the last
+            # throughput window held (and must hold on half of it).
+            on = window(s, max(self.onset - lead, self.now - self.reach), self.now)
+            base = window(s, self.onset - st.baseline_window, self.onset - lead - 0.001)
+            return on, base
         end = self.on_end()
         sample_s = max(st.tick, self.spacing)
         on = window(s, self.onset - lead, min(self.now, self.onset + 10.0 * sample_s))
@@ -519,7 +537,7 @@ def score_nvlink_throughput(ctx: ScoreContext) -> list[Evidence]:
             gpu = s.labels[0]
             matched = 0
             for poll, ratio in pre:
-                peers = [r for g, r in polls[poll] if g != gpu]
+                peers = [r for g, r in polls[poll] if g != gpu and ctx.same_job(gpu, g)]
                 if not peers:
                     continue  # no peer measured this interval (or a lone GPU)
                 peer = median(peers)
