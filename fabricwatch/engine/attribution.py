@@ -6,8 +6,9 @@ the confidence of whatever wins.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from fabricwatch.engine.evidence import NO_CULPRIT, Culprit, Evidence
 from fabricwatch.engine.signals import FAMILY_GROUPS
@@ -38,12 +39,32 @@ class Attribution:
 
 
 def attribute(
-    evidence: Sequence[Evidence], missing: Sequence[str], *, min_evidence: float
+    evidence: Sequence[Evidence],
+    missing: Sequence[str],
+    *,
+    min_evidence: float,
+    late_after: float = math.inf,
 ) -> Attribution:
-    """Pick the cause from scored evidence (strongest first or not)."""
+    """Pick the cause from scored evidence (strongest first or not).
+
+    Evidence that first showed after ``late_after`` (the stall onset plus
+    half a sample) came after the GPUs were already waiting: a second fault
+    (a pause storm in the middle of a checkpoint) is secondary evidence,
+    listed with its time, and decides only where nothing present at the
+    onset explains the stall.
+    """
+    timely = [e for e in evidence if not e.since > late_after]
+    if any(e.score >= min_evidence for e in timely) and len(timely) < len(evidence):
+        late = [
+            replace(e, text=f"after the onset: {e.text}") for e in evidence if e.since > late_after
+        ]
+        evidence = [*timely, *late]
+        candidates: Sequence[Evidence] = timely
+    else:
+        candidates = evidence
     best: dict[str, Evidence] = {}
     support: dict[str, int] = {}
-    for e in evidence:
+    for e in candidates:
         cur = best.get(e.cause)
         if cur is None or e.score > cur.score:
             best[e.cause] = e

@@ -9,9 +9,10 @@ them, so nothing downstream ever sees an incident that is not on disk.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+from fabricwatch.engine import signals as sig
 from fabricwatch.engine.attribution import Attribution, attribute
 from fabricwatch.engine.db import IncidentDB
 from fabricwatch.engine.evidence import CAUSES, ScoreContext, collect, missing_groups
@@ -22,6 +23,7 @@ from fabricwatch.engine.incidents import (
     incident_key,
     summarize,
 )
+from fabricwatch.engine.jobs import coactive_groups
 from fabricwatch.engine.settings import EngineSettings
 from fabricwatch.engine.stall import GpuState, StallDetector
 from fabricwatch.errors import StoreError
@@ -83,6 +85,12 @@ class _Episode:
     next_score: float = -math.inf
     # Whether the evidence before the onset was already checked (once).
     pre_checked: bool = False
+    # How far before the onset evidence counts: one iteration of the job's
+    # rhythm plus one sample (a fault stalls the GPUs only when the compute
+    # phase in flight ends).
+    lead: float = 0.0
+    # Each GPU's job-mates (job labels live, co-activity in replay).
+    peers: Mapping[str, frozenset[str]] | None = None
 
 
 class Engine:
@@ -120,6 +128,19 @@ class Engine:
         # Keys of incidents restored from the database and not yet continued
         # or resolved: see :meth:`_continue_restored`.
         self._restoring: set[str] = set()
+        # Observed sample spacing and the settings scaled to it.
+        self.spacing = settings.tick
+        self._eff = settings
+        self._scaled: dict[float, EngineSettings] = {}
+        self._ticks = 0
+        # Communication-throughput slowdown: when it was last checked, the GPUs
+        # found slow, and since when.
+        self._comm_checked = -math.inf
+        self._comm_gpus: list[GpuState] = []
+        self._comm_since = 0.0
+        self._stall_end = -math.inf
+        self._rhythm_s = 0.0  # the job's iteration period, as last measured
+        self._rhythm_at = -math.inf
 
     # -- public surface -------------------------------------------------
 
@@ -134,15 +155,30 @@ class Engine:
         if not self._restored:
             self._restored = True
             self._restore(now)
+        if self._ticks % 10 == 0:
+            self._retune()
+        self._ticks += 1
+        s = self._eff
         self.detector.observe(self.store, now, dt)
         stalled = self.detector.stalled()
         job = self.detector.job_gpus()
         if len(stalled) < max(1, math.ceil(s.stall_gpus_ratio * len(job))):
             stalled = []
+        was_stalled = self._stall is not None
         self._stall = self._step(self._stall, "stall", stalled, now=now, dt=dt, out=out)
-        if self._stall is None:
+        if was_stalled and self._stall is None:
+            self._stall_end = now
+        # A job recovering from a stall (its first samples partly idle, its
+        # throughput averaged with the stall's) is not slow: no slowdown
+        # starts within one throughput window of a stall.
+        recovering = now - self._stall_end < self._comm_window() or was_stalled
+        if self._stall is None and recovering and self._slow is None:
+            pass
+        elif self._stall is None:
             need = max(1, math.ceil(s.slow_gpus_ratio * len(job)))
             slow = [g for g in job if g.slow]
+            if len(slow) < need:
+                slow = self._comm_slow(job, now)
             self._slow = self._step(
                 self._slow, "slowdown", slow if len(slow) >= need else [], now=now, dt=dt, out=out
             )
@@ -256,13 +292,181 @@ class Engine:
             live.incident = replace(live.incident, ended_at=None)
             self._restoring.discard(key)
 
-    def _score(self, ep: _Episode, now: float) -> tuple[Attribution, tuple[str, ...]]:
-        s = self.settings
-        ctx = ScoreContext(self.store, s, ep.onset, now)
+    def _comm_window(self) -> float:
+        """Seconds over which communication throughput is averaged: four
+        iterations of the job's rhythm (at least 30 s, 4 samples), so the
+        compute/communication cycle cancels out."""
+        return max(30.0, 4.0 * self.spacing, 4.0 * self._rhythm_s)
+
+    def _comm_slow(self, job: list[GpuState], now: float) -> list[GpuState]:
+        """Job GPUs whose NVLink throughput fell below ``slow_ratio`` of their
+        own baseline (a shallow slowdown: all-reduce 30-70 % slower while SM
+        activity, busy through the longer communication phase, barely moves).
+
+        Checked once a sample (it reads a window of rates per GPU); the
+        result holds between checks.
+        """
+        s = self._eff
+        if now - self._comm_checked < max(s.tick, self.spacing):
+            return self._comm_gpus
+        self._comm_checked = now
+        if now - self._rhythm_at >= 60.0:
+            self._rhythm_at = now
+            self._rhythm_s = self._rhythm(now)
+        w = self._comm_window()
+        chunks = max(3, int(s.baseline_window // w))
+        out: list[GpuState] = []
+        for g in job:
+            series = self.store.get(sig.NVLINK_TX, (g.gpu, "total"))
+            links = [series] if series is not None else []
+            if not links:
+                links = [x for x in self.store.family(sig.NVLINK_TX) if x.labels[0] == g.gpu]
+            if self._idled(g, now - w, now):
+                continue
+            recent = 0.0
+            history = [0.0] * chunks
+            ok = bool(links)
+            for x in links:
+                r = sig.window(x, now - w, now)
+                if len(r.values) < 2:
+                    ok = False
+                    break
+                recent += sum(r.values) / len(r.values)
+                for j in range(chunks):
+                    c = sig.window(x, now - (j + 2) * w, now - (j + 1) * w - 1e-3)
+                    if len(c.values) < 2:
+                        ok = False
+                        break
+                    history[j] += sum(c.values) / len(c.values)
+            if not ok:
+                continue
+            base = sig.median(history)
+            if base < s.nvlink_min_bytes:
+                continue
+            # A drop that stands out from how much the job's own throughput
+            # varies from window to window (3 sigma, at least 10 %), and never
+            # more than slow_ratio asks of SM activity.
+            spread = sig.mad(history, base) / base
+            drop = min(1.0 - s.slow_ratio, max(0.1, 3.0 * spread))
+            if recent < (1.0 - drop) * base:
+                out.append(g)
+        need = max(1, math.ceil(s.slow_gpus_ratio * len(job)))
+        if len(out) < need:
+            out = []
+        elif not self._comm_gpus:
+            self._comm_since = now - w / 2
+        self._comm_gpus = out
+        return out
+
+    def _idled(self, g: GpuState, lo: float, hi: float) -> bool:
+        """Whether ``g`` had an idle sample in [lo, hi]: a slowdown is work
+        going on at a lower rate; a stall's tail or a dip inside the window
+        would lower its average throughput without being one."""
+        s = self._eff
+        sm = self.store.get(sig.GPU_SM, (g.gpu,))
+        if sm is not None and sm.updated >= lo:
+            return any(v < s.idle_sm_ratio for v in sig.window(sm, lo, hi).values)
+        power = self.store.get(sig.GPU_POWER, (g.gpu,))
+        if power is not None and g.peak_power > 0:
+            floor = s.idle_power_ratio * g.peak_power
+            return any(v < floor for v in sig.window(power, lo, hi).values)
+        return False
+
+    def _retune(self) -> None:
+        """Re-derive the sample spacing and the settings scaled to it."""
+        sp = self.detector.spacing()
+        if math.isnan(sp):
+            return
+        # Quantized, so jitter does not make every tick's settings differ.
+        sp = max(self.settings.tick, round(sp * 4) / 4)
+        self.spacing = sp
+        eff = self._scaled.get(sp)
+        if eff is None:
+            eff = self._scaled[sp] = self.settings.at_spacing(sp)
+        self._eff = eff
+        self.detector.retune(eff, sp)
+
+    def _lead(self, onset: float) -> float:
+        """One iteration of the job's rhythm plus one sample (at least ``onset_lead``)."""
+        return max(self._eff.onset_lead, min(self._rhythm(onset), 60.0) + self.spacing)
+
+    def _rhythm(self, until: float) -> float:
+        """The job's iteration period, measured on the job GPUs' work signal
+        before ``until``; where it cannot be (flat, or sampled slower than it
+        oscillates) it is at most two samples (the Nyquist bound), and that
+        is used."""
+        s = self._eff
+        sp = self.spacing
+        onset = until
+        periods: list[float] = []
+        for g in self.detector.job_gpus():
+            for fam in (sig.GPU_SM, sig.GPU_POWER):
+                series = self.store.get(fam, (g.gpu,))
+                if series is None:
+                    continue
+                w = sig.window(series, onset - s.baseline_window, onset - 1e-3)
+                p = sig.iteration_period(w.values, w.times)
+                if p is not None:
+                    periods.append(p)
+                break
+        rhythm = sig.median(periods) if periods else 0.0
+        return rhythm if rhythm >= 2 * sp else 2 * sp
+
+    def _peers(self, ep: _Episode) -> Mapping[str, frozenset[str]]:
+        """Each job GPU's job-mates: by job label where the GPUs have one,
+        else by co-activity over the baseline before the onset."""
+        job = self.detector.job_gpus()
+        if job and all(g.job for g in job):
+            by_job: dict[str, set[str]] = {}
+            for g in job:
+                by_job.setdefault(g.job, set()).add(g.gpu)
+            return {g.gpu: frozenset(by_job[g.job]) for g in job}
+        s = self._eff
+        names = sorted((g.gpu for g in job), key=_gpu_order)
+        return coactive_groups(self.store, names, ep.onset - s.baseline_window, ep.onset - ep.lead)
+
+    def _scope(self, ep: _Episode, now: float) -> frozenset[str]:
+        """The stalled job's GPUs: those stalled in the episode, the GPUs of
+        their job (process data, live), and job GPUs whose telemetry went
+        silent (a GPU that fell off the bus stalls with the rest but reports
+        nothing). Without job data the co-stalled GPUs are the job: the other
+        job of a shared node keeps working."""
+        s = self._eff
+        gpus = set(ep.gpus)
+        states = self.detector.gpus
+        jobs = {states[g].job for g in gpus if g in states and states[g].job}
+        for g in self.detector.job_gpus():
+            silent = now - g.last_sample > s.sample_max_age
+            if (jobs and g.job in jobs) or silent:
+                gpus.add(g.gpu)
+        return frozenset(gpus)
+
+    def _score(
+        self, ep: _Episode, now: float, *, min_samples: int = 2
+    ) -> tuple[Attribution, tuple[str, ...]]:
+        s = self._eff
+        if ep.lead <= 0:
+            ep.lead = self._lead(ep.onset)
+        if ep.peers is None:
+            ep.peers = self._peers(ep)
+        ctx = ScoreContext(
+            self.store,
+            replace(s, onset_lead=ep.lead),
+            ep.onset,
+            now,
+            spacing=self.spacing,
+            scope=self._scope(ep, now),
+            min_samples=min_samples,
+            reach=self._comm_window() if ep.kind == "slowdown" else 0.0,
+            slowdown=ep.kind == "slowdown",
+            peers=ep.peers,
+        )
         job = [g.gpu for g in self.detector.job_gpus()]
         evidence = collect(ctx, job)
         missing = missing_groups(self.store, now, s.sample_max_age)
-        return attribute(evidence, missing, min_evidence=s.min_evidence), tuple(missing)
+        late_after = ep.onset + max(s.tick, 0.5 * self.spacing)
+        attr = attribute(evidence, missing, min_evidence=s.min_evidence, late_after=late_after)
+        return attr, tuple(missing)
 
     def _step(
         self,
@@ -274,14 +478,14 @@ class Engine:
         dt: float,
         out: list[IncidentTransition],
     ) -> _Episode | None:
-        s = self.settings
+        s = self._eff
         if not bad:
             self._clear[kind] = now
             if kind == "stall":
                 self._idle_at_clear = [
                     (g.gpu, g.idle_since)
                     for g in self.detector.gpus.values()
-                    if g.idle and now - g.last_sample <= s.tick
+                    if g.idle and now - g.last_sample <= max(s.tick, self.spacing)
                 ]
             if ep is not None and now - ep.last_bad >= s.end_after:
                 if ep.live is not None:
@@ -294,7 +498,11 @@ class Engine:
             return ep
         if ep is None:
             stall = kind == "stall"
-            onset = self._stall_onset(bad) if stall else min(g.slow_since for g in bad)
+            onset = (
+                self._stall_onset(bad)
+                if stall
+                else min(g.slow_since if g.slow else self._comm_since for g in bad)
+            )
             ep = _Episode(kind, onset, now, run_onset=onset)
         elif ep.broken_at is not None:
             since = min(g.idle_since if kind == "stall" else g.slow_since for g in bad)
@@ -316,7 +524,8 @@ class Engine:
             if kind == "stall":
                 if duration < s.min_duration_with_evidence:
                     # Evidence before the onset is credited as one poll.
-                    if not ep.pre_checked and duration + s.tick >= s.min_duration_with_evidence:
+                    credit = max(s.tick, self.spacing)
+                    if not ep.pre_checked and duration + credit >= s.min_duration_with_evidence:
                         ep.pre_checked = True
                         self._open_if_preceded(ep, bad, now=now, out=out)
                     return ep
@@ -345,7 +554,11 @@ class Engine:
         if now >= ep.next_score:
             ep.next_score = now + s.rescore_every
             attr, missing = self._score(ep, now)
-            if attr.cause != "unknown" and (
+            # Once the onset window is complete, evidence that did not last
+            # through it (a burst that coincided with the first idle polls)
+            # no longer explains the stall: the verdict may fall to unknown.
+            settled = now - ep.onset >= max(5.0, 2.0 * self.spacing, 3.0 * s.tick)
+            if (attr.cause != "unknown" or (settled and ep.kind == "stall")) and (
                 attr.cause != inc.cause
                 or attr.culprit.key != inc.culprit.key
                 or abs(attr.confidence - inc.confidence) >= 0.1
@@ -380,8 +593,10 @@ class Engine:
         the idle poll (a checkpoint burst, a link that went down with it)
         still needs the second idle poll.
         """
-        s = self.settings
-        pre, _ = self._score(ep, ep.onset - 1e-3)
+        s = self._eff
+        # Before the onset one sample suffices: the verdict at ``now`` must
+        # hold on two (that sample and the stalled one at least).
+        pre, _ = self._score(ep, ep.onset - 1e-3, min_samples=1)
         if pre.cause == "unknown" or pre.score < s.strong_evidence:
             return
         attr, missing = self._score(ep, now)
@@ -395,11 +610,14 @@ class Engine:
         idle state was held) or from long before (a GPU idle on its own)."""
         clear = self._clear.get("stall", -math.inf)
         seen = dict(self._idle_at_clear)
-        hold = self.settings.end_after
+        hold = self._eff.end_after
+        # Samples slower than the tick are interval averages: a stall that
+        # began inside the last one before the clear tick began before it.
+        slack = self.spacing if self.spacing > 2 * self.settings.tick else 0.0
         trusted = [
             g.idle_since
             for g in bad
-            if g.idle_since > clear
+            if g.idle_since > clear - slack
             or (seen.get(g.gpu) == g.idle_since and clear - g.idle_since <= hold)
         ]
         return min(trusted) if trusted else clear
@@ -437,7 +655,7 @@ class Engine:
         now: float,
         out: list[IncidentTransition],
     ) -> None:
-        s = self.settings
+        s = self._eff
         ep.next_score = now + s.rescore_every
         gpus = tuple(sorted(ep.gpus, key=_gpu_order))
         jobs = [g.job for g in bad if g.job]

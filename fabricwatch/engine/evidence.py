@@ -10,13 +10,13 @@ lower its confidence instead of guessing.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
 from itertools import pairwise
 
 from fabricwatch.engine import signals as sig
 from fabricwatch.engine.settings import EngineSettings
-from fabricwatch.engine.signals import Window, mad, median, window
+from fabricwatch.engine.signals import Window, mad, median, sustained, window
 from fabricwatch.store import Series, SnapshotStore
 
 CAUSES = (
@@ -67,39 +67,122 @@ class Evidence:
     value: float
     baseline: float
     text: str
+    # When the series first reached halfway from its baseline to ``value``
+    # (NaN: not known; treated as present at the onset).
+    since: float = math.nan
 
 
 @dataclass(frozen=True, slots=True)
 class ScoreContext:
-    """Where and when to look: the store, the stall onset and now (monotonic)."""
+    """Where and when to look: the store, the stall onset and now (monotonic).
+
+    Attributes:
+        spacing: the observed sample spacing (seconds) the windows scale with.
+        scope: the stalled GPUs; GPU-side evidence (XIDs, NVLink) counts only
+            on them (empty: every GPU, as for a single job).
+    """
 
     store: SnapshotStore
     settings: EngineSettings
     onset: float
     now: float
+    spacing: float = 1.0
+    scope: frozenset[str] = frozenset()
+    min_samples: int = 2
+    reach: float = 0.0  # > 0: the onset window reaches this far past the onset
+    slowdown: bool = False
+    peers: Mapping[str, frozenset[str]] | None = None
+
+    def same_job(self, a: str, b: str) -> bool:
+        """Whether GPUs ``a`` and ``b`` are job-mates (unknown: yes)."""
+        if not self.peers or a not in self.peers:
+            return True
+        return b in self.peers[a]
+
+    def level(self, values: Sequence[float], *, lasting: bool = True) -> float:
+        """The level a window held on ``min_samples`` samples (2: one poll is
+        not evidence; 1 only where a second sample is checked separately).
+
+        ``lasting``: also still there at the window's newest sample, while
+        the GPUs wait (a fabric burst that coincided with the first idle
+        polls and is gone is no cause). Checkpoint writes need not last: a
+        node writes its shard and then waits for the other ranks' writes.
+        """
+        if self.min_samples < 2:
+            return max(values)
+        if self.slowdown:
+            # A slowdown lasts its whole window: evidence must hold on half of
+            # its samples (a burst inside it explains nothing).
+            return median(values)
+        level = sustained(values)
+        return min(level, values[-1]) if lasting else level
+
+    def on_end(self) -> float:
+        """End of the onset window: what was present at the onset, not what came
+        later (a second fault while the GPUs already wait is no cause)."""
+        reach = max(3.0 * self.settings.tick, 2.0 * self.spacing, 5.0, self.reach)
+        return min(self.now, self.onset + reach)
 
     def windows(self, s: Series) -> tuple[Window, Window]:
         """(onset window, baseline window) of one series."""
         st = self.settings
         lead = st.onset_lead
-        on = window(s, self.onset - lead, min(self.now, self.onset + 60.0))
+        if self.slowdown and self.reach > 0:
+            # A slowdown is going on: its evidence is what the last
+            # throughput window held (and must hold on half of it).
+            on = window(s, max(self.onset - lead, self.now - self.reach), self.now)
+            base = window(s, self.onset - st.baseline_window, self.onset - lead - 0.001)
+            return on, base
+        end = self.on_end()
+        sample_s = max(st.tick, self.spacing)
+        on = window(s, self.onset - lead, min(self.now, self.onset + 10.0 * sample_s))
+        # Up to the window's end, and on to the second sample at or after the
+        # onset where a collector gap left fewer: whether evidence lasted is
+        # decided on samples, not on a clock that ran while nothing came.
+        after = 0
+        keep = 0
+        for t in on.times:
+            if t > end and after >= 2:
+                break
+            if t >= self.onset - 0.5 * sample_s:
+                after += 1
+            keep += 1
+        if keep < len(on.times):
+            on = Window(on.values[:keep], on.times[:keep])
         base = window(s, self.onset - st.baseline_window, self.onset - lead - 0.001)
         return on, base
 
-    def peaks(self, family: str) -> Iterator[tuple[Series, float, float, float]]:
-        """(series, onset peak, baseline median, baseline MAD) of each series with data."""
+    def in_scope(self, gpu: str) -> bool:
+        """Whether evidence on ``gpu`` may explain this stall."""
+        return not self.scope or gpu in self.scope
+
+    def peaks(
+        self, family: str, *, lasting: bool = True
+    ) -> Iterator[tuple[Series, float, float, float]]:
+        """(series, sustained onset level, baseline, baseline MAD) of each series with data.
+
+        The onset level is what the window held on two samples or more
+        (:func:`~fabricwatch.engine.signals.sustained`): one poll is not evidence.
+        """
         for s in self.store.family(family):
             on, base = self.windows(s)
             if on:
                 b, m = _baseline(base)
-                yield s, max(on.values), b, m
+                yield s, self.level(on.values, lasting=lasting), b, m
 
 
 def _baseline(base: Window, default: float = 0.0) -> tuple[float, float]:
+    """(baseline, spread) of a baseline window.
+
+    The baseline is its lower tercile, not its median: a fault that ramps up
+    over the last 20-60 s before the stall fills part of the window, and a
+    median would follow it (the ramp would become normal).
+    """
     if not base:
         return default, 0.0
-    b = median(base.values)
-    return b, mad(base.values, b)
+    vals = sorted(base.values)
+    b = vals[(len(vals) - 1) // 3]
+    return b, mad(vals, b)
 
 
 def _labels(s: Series) -> tuple[tuple[str, str], ...]:
@@ -177,23 +260,29 @@ def score_pfc(ctx: ScoreContext) -> list[Evidence]:
         (sig.SW_PFC_RATIO, sig.SW_PFC_FRAMES, "switch"),
         (sig.NIC_PFC_RATIO, sig.NIC_PFC_FRAMES, "nic"),
     ):
-        candidates: list[tuple[Series, float]] = [(s, 1.0) for s in ctx.store.family(fam)]
-        for ratio_series, _ in candidates:
+        candidates: list[tuple[Series, float, bool]] = [
+            (s, 1.0, True) for s in ctx.store.family(fam)
+        ]
+        for ratio_series, _, _ in candidates:
             seen.add((side, ratio_series.labels))
         candidates += [
-            (s, 1.0 / st.pfc_continuous_frames)
+            (s, 1.0 / _continuous_frames(ctx, s, side), False)
             for s in ctx.store.family(frames)
             if (side, s.labels) not in seen
         ]
-        for s, scale in candidates:
+        for s, scale, exact in candidates:
             on, base = ctx.windows(s)
             if not on:
                 continue
-            peak = min(1.0, max(on.values) * scale)
+            peak = min(1.0, ctx.level(on.values) * scale)
             b, _ = _baseline(base)
             b = min(1.0, b * scale)
             culprit = (_switch_culprit if side == "switch" else _nic_culprit)(s, True)
             where = _where(culprit)
+            if not exact and peak >= st.pfc_storm_ratio and peak < 10.0 * b:
+                # Frames against a guessed speed: only a jump from its own
+                # baseline is a storm (a busy fast port reads high all day).
+                continue
             if peak >= st.pfc_storm_ratio:
                 score = 0.9 + 0.09 * min(
                     1.0, (peak - st.pfc_storm_ratio) / (1.0 - st.pfc_storm_ratio + 1e-9)
@@ -213,6 +302,20 @@ def score_pfc(ctx: ScoreContext) -> list[Evidence]:
     return out
 
 
+def _continuous_frames(ctx: ScoreContext, s: Series, side: str) -> float:
+    """Pause frames/s that hold a priority paused on this port: one pause
+    quantum is 512 bit times and a frame pauses for at most 65535 quanta, so
+    speed / (65535 x 512) (745/s at 25G, 5960/s at 200G). The port's speed
+    comes from its speed series when there is one (switch ports: ifHighSpeed or
+    ifSpeed; host ports: the RDMA link rate);
+    otherwise ``pfc_continuous_frames`` (the slowest common RoCE speed, 25G)."""
+    family = sig.SW_SPEED if side == "switch" else sig.NIC_RATE
+    speed = ctx.store.get(family, s.labels[:2])
+    if speed is not None and speed.value > 0:
+        return speed.value * 8.0 / (65535.0 * 512.0)
+    return ctx.settings.pfc_continuous_frames
+
+
 _ECN_FAMILIES = (
     (sig.NIC_ECN, "ECN-marked RoCE packets"),
     (sig.NIC_CNP_SENT, "CNPs sent"),
@@ -222,18 +325,42 @@ _ECN_FAMILIES = (
 
 
 def score_congestion(ctx: ScoreContext) -> list[Evidence]:
-    """ECN marks, CNPs and transmit wait against their baselines."""
+    """ECN marks, CNPs and transmit wait against their baselines.
+
+    During congestion every port of the job handles CNPs (the reaction-point
+    side) and the scores of all of them saturate, so they would tie. The
+    culprit is the port whose *received* marks (notification-point side:
+    ECN-marked packets, CNPs sent) stand out both from its own baseline and
+    from the other ports of the family; where two ports stand out alike, the
+    evidence names both and scores lower (lower confidence), instead of
+    letting the port name decide.
+    """
     st = ctx.settings
     out: list[Evidence] = []
     for fam, what in _ECN_FAMILIES:
-        for s, peak, b, m in ctx.peaks(fam):
+        rows = list(ctx.peaks(fam))
+        hits: list[tuple[float, Evidence]] = []
+        for s, peak, b, m in rows:
             if peak < max(st.ecn_min_rate, 3.0 * b, b + 4.0 * m):
                 continue
             ratio = peak / max(b, 1.0)
-            score = 0.7 + 0.15 * min(1.0, math.log10(max(ratio, 1.0)) / 2.0)
+            others = [p for o, p, _, _ in rows if o is not s]
+            standout = peak / max(median(others) if others else 0.0, b, 1.0)
+            score = 0.7 + 0.1 * min(1.0, math.log10(max(ratio, 1.0)) / 3.0)
+            if fam != sig.NIC_CNP_HANDLED:
+                score += 0.06 * min(1.0, math.log10(max(standout, 1.0)))
             culprit = _switch_culprit(s, False) if fam == sig.SW_ECN else _nic_culprit(s, False)
             text = f"{what} on {_where(culprit)}: {peak:,.0f}/s ({_times(peak, b)})"
-            out.append(Evidence("ecn_congestion", fam, culprit, score, peak, b, text))
+            hits.append((standout, Evidence("ecn_congestion", fam, culprit, score, peak, b, text)))
+        hits.sort(key=lambda h: -h[0])
+        if len(hits) >= 2 and fam != sig.NIC_CNP_HANDLED and hits[0][0] < 1.5 * hits[1][0]:
+            top, second = hits[0][1], hits[1][1]
+            text = (
+                f"{what} on {_where(top.culprit)} and {_where(second.culprit)} alike "
+                f"({top.value:,.0f}/s and {second.value:,.0f}/s): no single culprit port"
+            )
+            hits[0] = (hits[0][0], replace(top, score=top.score - 0.1, text=text))
+        out.extend(e for _, e in hits)
     for s, peak, b, _ in ctx.peaks(sig.NIC_XMIT_WAIT):
         if peak >= 0.2 and peak >= 3.0 * b + 0.05:
             culprit = _nic_culprit(s, False)
@@ -272,6 +399,8 @@ def score_links(ctx: ScoreContext) -> list[Evidence]:
 
 def _nvlink_culprit(s: Series) -> Culprit:
     lm = s.label_map()
+    if lm["link"] == "total":  # dcgm-exporter's per-GPU fields
+        return Culprit(f"gpu:{lm['gpu']}", "gpu", (("gpu", lm["gpu"]),))
     return Culprit(
         f"gpu:{lm['gpu']}:link:{lm['link']}",
         "nvlink",
@@ -283,6 +412,8 @@ def score_nvlink(ctx: ScoreContext) -> list[Evidence]:
     """NVLink links going down and error bursts."""
     out: list[Evidence] = []
     for s in ctx.store.family(sig.NVLINK_UP):
+        if not ctx.in_scope(s.labels[0]):
+            continue
         on, base = ctx.windows(s)
         if not on or not base:
             continue
@@ -302,6 +433,8 @@ def score_nvlink(ctx: ScoreContext) -> list[Evidence]:
                 )
             )
     for s, peak, b, m in ctx.peaks(sig.NVLINK_ERRORS):
+        if not ctx.in_scope(s.labels[0]):
+            continue  # the other job's GPU
         if peak >= 10.0 and peak >= 10.0 * (b + 1.0) and peak >= b + 4 * m:
             culprit = _nvlink_culprit(s)
             kind = s.label_map().get("type", "")
@@ -371,7 +504,8 @@ def score_nvlink_throughput(ctx: ScoreContext) -> list[Evidence]:
     """
     st = ctx.settings
     # The last polls before the onset: earlier ones may predate the fault.
-    lo = ctx.onset - min(st.onset_lead, 2.5 * st.tick)
+    sample_s = max(st.tick, ctx.spacing)
+    lo = ctx.onset - min(st.onset_lead, 2.5 * sample_s)
     hi = min(ctx.now, ctx.onset - 1e-3)
     if hi < lo:
         return []
@@ -385,13 +519,15 @@ def score_nvlink_throughput(ctx: ScoreContext) -> list[Evidence]:
         polls: dict[tuple[int, int], list[tuple[str, float]]] = {}
         rows: list[tuple[Series, float, list[tuple[tuple[int, int], float]]]] = []
         for s in ctx.store.family(fam):
+            if not ctx.in_scope(s.labels[0]):
+                continue  # peers are the stalled job's GPUs, not another job's
             base = window(s, ctx.onset - st.baseline_window, ctx.onset - st.onset_lead - 0.001)
             if len(base.values) < 3:
                 continue
             b = _level(base.values)
             if b < st.nvlink_min_bytes:
                 continue  # a link that carries nothing cannot collapse
-            pre = [(span, v / b) for span, v in _fresh_rates(s, lo, hi, st.tick)]
+            pre = [(span, v / b) for span, v in _fresh_rates(s, lo, hi, sample_s)]
             for poll, ratio in pre:
                 polls.setdefault(poll, []).append((s.labels[0], ratio))
             if pre:
@@ -402,7 +538,7 @@ def score_nvlink_throughput(ctx: ScoreContext) -> list[Evidence]:
             gpu = s.labels[0]
             matched = 0
             for poll, ratio in pre:
-                peers = [r for g, r in polls[poll] if g != gpu]
+                peers = [r for g, r in polls[poll] if g != gpu and ctx.same_job(gpu, g)]
                 if not peers:
                     continue  # no peer measured this interval (or a lone GPU)
                 peer = median(peers)
@@ -447,6 +583,8 @@ def score_gpu(ctx: ScoreContext, job_gpus: Sequence[str]) -> list[Evidence]:
     st = ctx.settings
     out: list[Evidence] = []
     for s in ctx.store.family(sig.GPU_XID):
+        if not ctx.in_scope(s.labels[0]):
+            continue
         on, _ = ctx.windows(s)
         events = _new_events(s, ctx, on)
         if events <= 0:
@@ -495,6 +633,8 @@ def score_gpu(ctx: ScoreContext, job_gpus: Sequence[str]) -> list[Evidence]:
                 )
             )
     for s in ctx.store.family(sig.GPU_HEALTHY):
+        if not ctx.in_scope(s.labels[0]):
+            continue
         on, base = ctx.windows(s)
         if not on:
             continue
@@ -517,6 +657,8 @@ def score_gpu(ctx: ScoreContext, job_gpus: Sequence[str]) -> list[Evidence]:
     fresh_count = 0
     vanished: list[str] = []
     for gpu in job_gpus:
+        if not ctx.in_scope(gpu):
+            continue
         gs = ctx.store.get(sig.GPU_POWER, (gpu,)) or ctx.store.get(sig.GPU_SM, (gpu,))
         if gs is None:
             continue
@@ -543,6 +685,22 @@ def score_gpu(ctx: ScoreContext, job_gpus: Sequence[str]) -> list[Evidence]:
     return out
 
 
+def _latency_floor(path: str, st: EngineSettings) -> float:
+    """The write latency below which a device class is never slow storage.
+
+    Local NVMe sits at 0.1-0.3 ms, so a few milliseconds is already 10-100x
+    its normal; SAS/SATA/virtio disks (``sd*``, ``vd*``, ``xvd*``, ``hd*``)
+    at a few ms; NFS and other remote paths (and paths of unknown class) keep
+    ``storage_latency_min``.
+    """
+    name = path.rsplit("/", 1)[-1]
+    if name.startswith("nvme"):
+        return st.storage_latency_min_nvme
+    if name.startswith(("sd", "vd", "xvd", "hd")):
+        return st.storage_latency_min_disk
+    return st.storage_latency_min
+
+
 def score_storage(ctx: ScoreContext) -> list[Evidence]:
     """Write latency, probe latency/failures and write-burst volume per path."""
     st = ctx.settings
@@ -554,11 +712,11 @@ def score_storage(ctx: ScoreContext) -> list[Evidence]:
 
     for fam, what in ((sig.ST_WRITE_LAT, "write latency"), (sig.ST_PROBE_LAST, "probe latency")):
         for s, peak, b, _ in ctx.peaks(fam):
-            ratio = peak / max(b, 1e-4)
-            if peak >= st.storage_latency_min and ratio >= st.storage_latency_ratio:
+            ratio = peak / max(b, 1e-6)
+            if peak >= _latency_floor(s.labels[0], st) and ratio >= st.storage_latency_ratio:
                 score = 0.85 + 0.1 * min(1.0, math.log10(ratio / st.storage_latency_ratio))
                 culprit = path_culprit(s)
-                text = f"{what} on {_where(culprit)}: {peak * 1000:,.0f} ms ({_times(peak, b)})"
+                text = f"{what} on {_where(culprit)}: {peak * 1000:,.2f} ms ({_times(peak, b)})"
                 out.append(Evidence("storage_latency", fam, culprit, score, peak, b, text))
     for s in ctx.store.family(sig.ST_PROBE_FAIL):
         on, _ = ctx.windows(s)
@@ -577,7 +735,7 @@ def score_storage(ctx: ScoreContext) -> list[Evidence]:
                     f"storage probe failed ({reason}) on {_where(culprit)}",
                 )
             )
-    for s, peak, b, _ in ctx.peaks(sig.ST_WRITE_BYTES):
+    for s, peak, b, _ in ctx.peaks(sig.ST_WRITE_BYTES, lasting=False):
         if peak >= st.burst_min_bytes and peak >= st.burst_factor * b:
             ratio = peak / max(b, 1.0)
             score = 0.85 + 0.1 * min(1.0, math.log10(max(ratio / st.burst_factor, 1.0)) / 2.0)
@@ -586,7 +744,7 @@ def score_storage(ctx: ScoreContext) -> list[Evidence]:
             out.append(Evidence("checkpoint_write", s.spec.name, culprit, score, peak, b, text))
     for s in ctx.store.family(sig.ST_WRITE_BURST):
         on, _ = ctx.windows(s)
-        if on and max(on.values) >= 0.5:
+        if on and ctx.level(on.values, lasting=False) >= 0.5:
             culprit = path_culprit(s)
             out.append(
                 Evidence(
@@ -613,12 +771,44 @@ SCORERS: tuple[Scorer, ...] = (
 )
 
 
+# Counters whose evidence is a count of events (any non-zero rate is one).
+_EVENT_FAMILIES = frozenset({sig.NIC_LINK_DOWNED, sig.GPU_XID, sig.ST_PROBE_FAIL})
+
+
+def _first_seen(ctx: ScoreContext, e: Evidence) -> float:
+    """When the series behind ``e`` first showed it: the first sample of its
+    onset window halfway from the baseline to the evidence level (NaN where
+    the evidence is not one series' level, e.g. a GPU's links together)."""
+    spec = sig.SIGNAL_SPECS.get(e.family)
+    if spec is None or e.family in (sig.SW_PFC_FRAMES, sig.NIC_PFC_FRAMES):
+        return math.nan
+    labels = dict(e.culprit.labels)
+    try:
+        key = tuple(labels[k] for k in spec.labels)
+    except KeyError:
+        return math.nan
+    s = ctx.store.get(e.family, key)
+    if s is None:
+        return math.nan
+    on, _ = ctx.windows(s)
+    if e.family in _EVENT_FAMILIES:
+        return next((t for t, v in zip(on.times, on.values, strict=True) if v > 0), math.nan)
+    mid = (e.value + e.baseline) / 2.0
+    up = e.value >= e.baseline
+    for t, v in zip(on.times, on.values, strict=True):
+        if (v >= mid) if up else (v <= mid):
+            return t
+    return math.nan
+
+
 def collect(ctx: ScoreContext, job_gpus: Sequence[str]) -> list[Evidence]:
-    """Run every scorer; evidence sorted by score, strongest first."""
+    """Run every scorer; evidence sorted by score, strongest first, each with
+    the time it first showed (:attr:`Evidence.since`)."""
     out: list[Evidence] = []
     for scorer in SCORERS:
         out.extend(scorer(ctx))
     out.extend(score_gpu(ctx, job_gpus))
+    out = [replace(e, since=_first_seen(ctx, e)) for e in out]
     out.sort(key=lambda e: (-e.score, e.cause, e.culprit.key, e.family))
     return out
 

@@ -123,6 +123,11 @@ MAPPING_TABLE: tuple[tuple[str, str, str], ...] = (
         "-",
         "a missing sample (dropped and counted)",
     ),
+    (
+        "DCGM_FI_DEV_NVLINK_{CRC_FLIT,CRC_DATA,REPLAY,RECOVERY}_ERROR_COUNT_TOTAL{gpu}",
+        f"{sig.NVLINK_ERRORS}{{link=total,type=crc_flit|crc_data|replay|recovery}}",
+        "count (per GPU, all links)",
+    ),
     ("node_infiniband_port_data_transmitted_bytes_total{device,port}", sig.NIC_TX_BYTES, "bytes"),
     ("node_infiniband_port_data_received_bytes_total{device,port}", sig.NIC_RX_BYTES, "bytes"),
     ("node_infiniband_link_downed_total{device,port}", sig.NIC_LINK_DOWNED, "count"),
@@ -215,7 +220,13 @@ _DCGM: dict[str, tuple[str, str, float]] = {
     "DCGM_FI_PROF_NVLINK_RX_BYTES": (sig.NVLINK_RX, "integrate", 1.0),
     "DCGM_FI_DEV_XID_ERRORS": (sig.GPU_XID, "last_xid", 1.0),
 }
-_DCGM_FAMILIES = frozenset(f for f, _, _ in _DCGM.values())
+_DCGM_NVLINK_ERRORS = {
+    "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL": "crc_flit",
+    "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL": "crc_data",
+    "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL": "replay",
+    "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL": "recovery",
+}
+_DCGM_FAMILIES = frozenset(f for f, _, _ in _DCGM.values()) | {sig.NVLINK_ERRORS}
 _IB: dict[str, tuple[str, str]] = {
     "node_infiniband_port_data_transmitted_bytes_total": (sig.NIC_TX_BYTES, "copy"),
     "node_infiniband_port_data_received_bytes_total": (sig.NIC_RX_BYTES, "copy"),
@@ -277,12 +288,20 @@ def _ethtool(name: str, labels: dict[str, str]) -> Target | None:
 
 
 def _dcgm(name: str, labels: dict[str, str]) -> Target | None:
-    dcgm = _DCGM.get(name)
     gpu = labels.get("gpu")
-    if dcgm is None or gpu is None:
+    if gpu is None:
         return None
-    family, transform, scale = dcgm
-    values = (gpu, "total") if family in (sig.NVLINK_TX, sig.NVLINK_RX) else (gpu,)
+    nvlink_error = _DCGM_NVLINK_ERRORS.get(name)
+    dcgm = _DCGM.get(name)
+    if nvlink_error is not None:
+        # Per GPU over all links, like dcgm-exporter's *_TOTAL fields.
+        family, transform, scale = sig.NVLINK_ERRORS, "copy", 1.0
+        values: tuple[str, ...] = (gpu, "total", nvlink_error)
+    elif dcgm is not None:
+        family, transform, scale = dcgm
+        values = (gpu, "total") if family in (sig.NVLINK_TX, sig.NVLINK_RX) else (gpu,)
+    else:
+        return None
     instance = labels.get("GPU_I_ID", "")
     if instance:
         return Target(family, values, "mig", scale, True, instance, transform)
@@ -373,6 +392,10 @@ def parse_nic_map(entries: Iterable[str]) -> dict[str, tuple[str, str]]:
     return out
 
 
+MAX_SPACING = 60.0
+"""Coarsest sample spacing (seconds) the engine's rules are scaled and evaluated for."""
+
+
 @dataclass(frozen=True, slots=True)
 class Spacing:
     """Sample spacing seen in replayed data (median over series of their median step)."""
@@ -381,18 +404,23 @@ class Spacing:
     series: int
 
     def warning(self, settings: EngineSettings) -> str:
-        """Why this spacing is coarser than the engine settings expect, or ''."""
-        if self.median > settings.sample_max_age:
+        """What this spacing hides from the engine, or ''.
+
+        The engine scales its time rules to the spacing it observes
+        (:meth:`EngineSettings.at_spacing`), so coarse data needs no special
+        config; what it cannot do is see a stall shorter than two samples, or
+        anything at all between samples much coarser than a minute."""
+        m = self.median
+        if m > MAX_SPACING:
             return (
-                f"samples are {self.median:g} s apart but [engine] sample_max_age is "
-                f"{settings.sample_max_age:g} s: between samples the engine sees no current "
-                "work signal and most stalls go undetected; replay with a config whose "
-                f"[engine] sample_max_age is at least {1.5 * self.median:g} s (--config)"
+                f"samples are {m:g} s apart: the engine scales its rules to the sample "
+                f"spacing up to {MAX_SPACING:g} s; beyond that most stalls and their "
+                "evidence fall between samples"
             )
-        if self.median > settings.min_duration:
+        if 2.0 * m > settings.min_duration:
             return (
-                f"samples are {self.median:g} s apart, longer than [engine] min_duration "
-                f"({settings.min_duration:g} s): stalls shorter than one sample are invisible"
+                f"samples are {m:g} s apart: the engine scales its rules to that spacing, "
+                f"and stalls shorter than two samples ({2.0 * m:g} s) cannot be seen"
             )
         return ""
 
@@ -491,9 +519,9 @@ class Mapper:
         elif tr == "last_xid":
             self._xid(target, ts, value)
         elif tr in ("disk_time", "disk_ops"):
-            rate = self._tracker.update((source, target.labels), value, ts)
-            if rate is not None:
-                self._disk.setdefault((tr, target.labels[0]), {})[ts] = rate.per_second
+            # Raw totals: the latency needs both counters' deltas over the
+            # very same interval (finish()), which smoothed rates are not.
+            self._disk.setdefault((tr, target.labels[0]), {})[ts] = value
         else:
             self._apply_more(target, source, ts, value)
 
@@ -608,12 +636,26 @@ class Mapper:
             if kind != "disk_time":
                 continue
             ops = self._disk.get(("disk_ops", device), {})
-            for ts, busy in times.items():
-                n = ops.get(ts)
-                if n is not None and n > 0:
-                    self.out.append((ts, sig.ST_WRITE_LAT, (device,), busy / n))
-                elif n is not None:
-                    self.out.append((ts, sig.ST_WRITE_LAT, (device,), 0.0))
+            # A latency is one interval's write time over the same interval's
+            # writes, from the raw totals at timestamps both counters share.
+            # Where the two refresh in different cycles one moves while the
+            # other does not, and the next interval holds the other's late
+            # delta: both intervals are skipped (a write-time delta over a
+            # near-zero write count reads as a huge spike).
+            prev: tuple[float, float] | None = None
+            in_step = True
+            for ts in sorted(t for t in times if t in ops):
+                busy_total, n_total = times[ts], ops[ts]
+                if prev is None or busy_total < prev[0] or n_total < prev[1]:
+                    prev = (busy_total, n_total)  # first sample or a reset
+                    in_step = True
+                    continue
+                busy, n = busy_total - prev[0], n_total - prev[1]
+                prev = (busy_total, n_total)
+                step = (busy > 0) == (n > 0)
+                if step and in_step:
+                    self.out.append((ts, sig.ST_WRITE_LAT, (device,), busy / n if n > 0 else 0.0))
+                in_step = step
         self._disk.clear()
         self._finish_mig()
         self._finish_xmit_wait()
@@ -1056,6 +1098,7 @@ class ReplayResult:
     # (GPU-seconds and end of the stall so far): no transition carries that.
     open_at_end: list[Incident] = field(default_factory=list)
     spans: int = 1  # processes' spans the result was stitched from (replay --jobs)
+    spacing: float = math.nan  # median sample spacing seen (seconds)
 
     def incidents(self) -> list[IncidentTransition]:
         """The latest transition of each incident, by onset."""
@@ -1238,6 +1281,8 @@ def run_replay(
     result.readings = span.readings
     result.rejected = span.rejected
     result.open_at_end = span.open_at_own_end
+    sp = sample_spacing(samples)
+    result.spacing = sp.median if sp is not None else math.nan
     return result
 
 

@@ -34,6 +34,7 @@ from fabricwatch.engine.replay import (
     plan_replay,
     run_replay,
     run_span,
+    sample_spacing,
 )
 from fabricwatch.engine.settings import EngineSettings
 
@@ -204,4 +205,6 @@ def run_parallel(
         result.rejected += run.rejected
     if runs:
         result.open_at_end = runs[-1].open_at_own_end
+    sp = sample_spacing(samples)
+    result.spacing = sp.median if sp is not None else math.nan
     return result

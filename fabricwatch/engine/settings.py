@@ -9,7 +9,7 @@ pause fraction >= 0.8, flapping conditions merged into one incident.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from fabricwatch.settings import option
 
@@ -133,7 +133,11 @@ class EngineSettings:
         0.8, "Pause-time fraction that is a PFC storm.", min=0.0, max=1.0
     )
     pfc_continuous_frames: float = option(
-        5960.0, "Pause frames/s that hold a priority paused (200G: 5960).", min=1.0
+        745.0,
+        "Pause frames/s that hold a priority paused on a port of unknown speed (25G: 745; "
+        "a port's speed series, where present, gives speed / (65535 x 512)); frames against "
+        "this guess count as a storm only at >= 10x their own baseline.",
+        min=1.0,
     )
     ecn_min_rate: float = option(
         500.0, "ECN marks/CNPs per second below this are no evidence.", min=0.0
@@ -156,7 +160,21 @@ class EngineSettings:
     )
     storage_latency_min: float = option(
         0.05,
-        "Write latency (seconds) below this is never slow storage.",
+        "Write latency (seconds) below this is never slow storage on NFS, remote or "
+        "unclassified paths.",
+        min=0.0,
+        duration=True,
+    )
+    storage_latency_min_nvme: float = option(
+        0.001,
+        "Write latency (seconds) below this is never slow storage on an NVMe device (nvme*).",
+        min=0.0,
+        duration=True,
+    )
+    storage_latency_min_disk: float = option(
+        0.02,
+        "Write latency (seconds) below this is never slow storage on a SAS/SATA/virtio disk "
+        "(sd*, vd*, xvd*, hd*).",
         min=0.0,
         duration=True,
     )
@@ -175,6 +193,30 @@ class EngineSettings:
     max_incidents: int = option(
         100_000, "At most this many incidents are kept.", min=10, max=100_000_000
     )
+
+    def at_spacing(self, spacing: float) -> EngineSettings:
+        """These settings scaled to an observed sample spacing (seconds).
+
+        The defaults are written for 1 s samples; Prometheus data comes at
+        15-30 s. Every time-based rule keeps its meaning in samples: a
+        sample is current for 3.5 samples, the baseline spans at least 20
+        samples, a stall ends after 1.5 samples of work, a job is "recently
+        active" for 4 samples, an incident is re-scored at most once a
+        sample. Durations in samples (``min_duration_with_evidence`` = 2
+        polls) follow from the sample times themselves. At 1 s (or faster)
+        the settings are returned unchanged.
+        """
+        if not spacing > self.tick:
+            return self
+        return replace(
+            self,
+            sample_max_age=max(self.sample_max_age, 3.5 * spacing),
+            baseline_window=max(self.baseline_window, 20.0 * spacing),
+            end_after=max(self.end_after, 1.5 * spacing),
+            activity_window=max(self.activity_window, 4.0 * spacing),
+            rescore_every=max(self.rescore_every, spacing),
+            onset_lead=max(self.onset_lead, 2.0 * spacing),
+        )
 
     def validate(self) -> None:
         """Cross-field checks."""

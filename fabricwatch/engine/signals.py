@@ -8,8 +8,9 @@ specs are also what replay and the scenario simulator register in a fresh
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 
 from fabricwatch.readings import MetricKind, MetricSpec
 from fabricwatch.store import Series
@@ -181,3 +182,57 @@ def mad(values: Iterable[float], center: float) -> float:
 def fresh(series: Series | None, now: float, max_age: float) -> bool:
     """True when ``series`` exists and was updated within ``max_age`` seconds."""
     return series is not None and now - series.updated <= max_age
+
+
+def spacing(series: Series, n: int = 9) -> float:
+    """Typical interval between a series' samples: the median of its last ``n``
+    intervals (robust to a missing sample or a collector gap); NaN with fewer
+    than two samples."""
+    hist = series.history
+    k = len(hist)
+    if k < 2:
+        return math.nan
+    ts = [hist[i].ts for i in range(max(0, k - n - 1), k)]
+    return median(b - a for a, b in pairwise(ts) if b > a)
+
+
+def sustained(values: Sequence[float]) -> float:
+    """The level a window held on at least two samples (its second-highest
+    value; the only value of a one-sample window). One poll is not evidence:
+    a swapped sample, a stray burst or a counter artefact reads high once."""
+    if len(values) < 2:
+        return values[0] if values else math.nan
+    top = second = -math.inf
+    for v in values:
+        if v > top:
+            top, second = v, top
+        elif v > second:
+            second = v
+    return second
+
+
+def iteration_period(values: Sequence[float], times: Sequence[float]) -> float | None:
+    """The job's rhythm (seconds per iteration) from a work or traffic series:
+    the mean interval between up-crossings of its mid-level, with hysteresis.
+    None when fewer than three crossings show (a flat series, or one
+    sampled slower than it oscillates)."""
+    if len(values) < 8:
+        return None
+    srt = sorted(values)
+    lo, hi = srt[int(0.1 * (len(srt) - 1))], srt[int(0.9 * (len(srt) - 1))]
+    # Midway between the levels: a duty cycle's median sits on one of them.
+    mid = (lo + hi) / 2
+    band = 0.15 * (hi - lo)
+    if band <= 0:
+        return None
+    ups: list[float] = []
+    low = False
+    for v, t in zip(values, times, strict=True):
+        if v < mid - band:
+            low = True
+        elif v > mid + band and low:
+            ups.append(t)
+            low = False
+    if len(ups) < 3:
+        return None
+    return (ups[-1] - ups[0]) / (len(ups) - 1)

@@ -86,6 +86,7 @@ class StallDetector:
         self._s = settings
         self.gpus: dict[str, GpuState] = {}
         self._seen: tuple[Series, ...] = ()
+        self._spacing = 1.0
         self._order: list[tuple[GpuState, _Handles]] = []
 
     def _refresh(self, store: SnapshotStore) -> None:
@@ -174,13 +175,17 @@ class StallDetector:
         work: float
         threshold: float
         ts: float
+        if power is not None and now - power.updated <= age:
+            # The observed peak is the reference where no limit is exported:
+            # tracked while SM activity is the signal too, so a GPU whose SM
+            # field vanishes is not compared with its idle draw.
+            st.peak_power = max(st.peak_power, power.value)
         if healthy is not None and now - healthy.updated <= age and healthy.value < 0.5:
             work, threshold, ts, signal = 0.0, 1.0, healthy.updated, "healthy"
         elif sm is not None and now - sm.updated <= age:
             work, threshold, ts, signal = sm.value, s.idle_sm_ratio, sm.updated, "sm_active"
         elif power is not None and now - power.updated <= age:
             limit = h[_LIMIT]
-            st.peak_power = max(st.peak_power, power.value)
             ref = limit.value if limit is not None and limit.value > 0 else st.peak_power
             if ref <= 0:
                 st.work = None
@@ -194,12 +199,30 @@ class StallDetector:
             return
         if ts <= st.last_sample and signal == st.signal:
             return  # no new sample since the last tick
+        before = st.recent[-1] if st.recent and signal == st.signal else None
+        before_ts = st.last_sample
         st.signal = signal
         st.work = work
         st.last_sample = ts
         idle = work < threshold + s.hysteresis if st.idle else work < threshold
+        if st.idle and not idle:
+            # Smoothing mixes no idle samples into the work level: a GPU
+            # coming back from a stall is not slow.
+            st.recent.clear()
         if idle and not st.idle:
             st.idle_since = ts
+            # A sample slower than the tick is an average over its interval:
+            # one at under half the GPU's normal work, just before the first
+            # idle one, had the stall start inside it.
+            sp = self._spacing
+            if (
+                sp > 2 * s.tick
+                and before is not None
+                and st.baseline
+                and before < 0.5 * st.baseline
+                and ts - before_ts <= 1.5 * sp
+            ):
+                st.idle_since = before_ts
         st.idle = idle
         st.recent.append(work)
 
@@ -219,6 +242,25 @@ class StallDetector:
         # so a long evaluation phase eventually becomes the new normal.
         alpha = s.tick / (600.0 if slow else 60.0)
         st.baseline += alpha * (st.work - st.baseline)
+
+    def retune(self, settings: EngineSettings, spacing: float) -> None:
+        """Use ``settings`` (the engine's, scaled to the observed ``spacing``) from now on."""
+        self._s = settings
+        self._spacing = spacing
+
+    def spacing(self) -> float:
+        """Observed sample spacing of the GPUs' work signals (median over GPUs;
+        NaN before two samples)."""
+        found: list[float] = []
+        for _, h in self._order:
+            for idx in (_SM, _POWER, _UTIL):
+                series = h[idx]
+                if series is not None:
+                    sp = sig.spacing(series)
+                    if not math.isnan(sp):
+                        found.append(sp)
+                        break
+        return sig.median(found) if found else math.nan
 
     def stalled(self) -> list[GpuState]:
         """GPUs stalled now."""

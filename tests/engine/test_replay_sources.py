@@ -447,9 +447,11 @@ def test_spacing_and_its_warning() -> None:
     s = [(100.0 + 15 * k, sig.GPU_POWER, ("0",), 300.0) for k in range(10)]
     sp = sample_spacing(s)
     assert sp is not None and sp.median == 15.0
-    assert "sample_max_age" in sp.warning(EngineSettings())
-    assert "min_duration" in sp.warning(EngineSettings(sample_max_age=30.0))
-    assert sp.warning(EngineSettings(sample_max_age=30.0, min_duration=30.0)) == ""
+    # The engine scales to the spacing; what it still cannot see is said.
+    assert "shorter than two samples (30 s)" in sp.warning(EngineSettings())
+    assert sp.warning(EngineSettings(min_duration=30.0)) == ""
+    coarse = sample_spacing([(100.0 + 90 * k, sig.GPU_POWER, ("0",), 300.0) for k in range(10)])
+    assert coarse is not None and "up to 60 s" in coarse.warning(EngineSettings())
     fine = sample_spacing([(100.0 + k, sig.GPU_POWER, ("0",), 300.0) for k in range(10)])
     assert fine is not None and fine.median == 1.0 and fine.warning(EngineSettings()) == ""
     assert sample_spacing([]) is None

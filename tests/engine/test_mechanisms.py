@@ -1,0 +1,294 @@
+"""One scenario per mechanism of issue 16: attribution that holds on data the
+engine was never tuned on (sample spacing, fault lead, relative scales, job
+scope, one-poll evidence, NVLink error counters, ECN culprit, concurrent
+causes, missing families, shallow slowdowns, disk counters out of step,
+gradual onsets).
+
+Each builds the node's telemetry sample by sample (fabricwatch families, or
+dcgm-exporter / node_exporter text through the replay mapper) and runs it
+through :func:`run_replay`, the path a user's Prometheus data takes.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from collections.abc import Callable, Iterable
+
+from fabricwatch.engine import signals as sig
+from fabricwatch.engine.incidents import Incident
+from fabricwatch.engine.replay import Mapper, Sample, parse_openmetrics, run_replay
+
+T0 = 1_700_000_000.0
+Extra = Callable[[float, list[Sample]], None]
+
+
+def node(
+    spacing: float,
+    duration: float,
+    stall: tuple[float, float] | None = None,
+    *,
+    stalled: Iterable[int] = range(8),
+    period: float = 0.0,
+    extra: Extra | None = None,
+) -> list[Sample]:
+    """8 GPUs working at ~0.8 SM (window averages at ``spacing``), idle
+    inside ``stall`` (seconds from the start) for the ``stalled`` GPUs; a
+    compute/communication rhythm of ``period`` seconds when > 0 (1 s
+    samples only)."""
+    out: list[Sample] = []
+    idle = set(stalled)
+    k = 1
+    while k * spacing <= duration:
+        t = k * spacing
+        ts = T0 + t + 0.1
+        for g in range(8):
+            lo, hi = t - spacing, t
+            busy = spacing
+            if stall is not None and g in idle:
+                busy -= max(0.0, min(hi, stall[1]) - max(lo, stall[0]))
+            level = 0.8
+            if period and (t % period) >= 0.7 * period:
+                level = 0.3
+            sm = 0.002 + level * busy / spacing + 0.01 * math.sin(7 * t + g)
+            out.append((ts, sig.GPU_SM, (str(g),), sm))
+            out.append((ts, sig.GPU_MEM, (str(g),), 60e9))
+            out.append((ts, sig.GPU_POWER, (str(g),), 80 + 600 * sm))
+        if extra is not None:
+            extra(t, out)
+        k += 1
+    out.sort(key=lambda s: s[0])
+    return out
+
+
+def replay(samples: list[Sample]) -> list[Incident]:
+    res = run_replay(samples)
+    return [tr.incident for tr in res.incidents()]
+
+
+def from_text(text: str) -> list[Sample]:
+    m = Mapper()
+    parse_openmetrics(io.StringIO(text + "# EOF\n"), m)
+    return m.finish()
+
+
+def counter(total: dict[str, float], key: str, rate: float, dt: float) -> float:
+    total[key] = total.get(key, 0.0) + rate * dt
+    return total[key]
+
+
+# 1. Sample spacing
+
+
+def test_hang_at_15_and_30_s_spacing_is_an_incident() -> None:
+    for spacing in (15.0, 30.0):
+        incs = replay(node(spacing, 3600, (2000, 2000 + 8 * spacing)))
+        assert [i.cause for i in incs] == ["unknown"], (spacing, [i.summary for i in incs])
+        onset = incs[0].onset - T0
+        # The first fully idle sample is at most two samples after the onset.
+        assert 2000 - spacing <= onset <= 2000 + 1.5 * spacing, onset
+
+
+# 2. The fault comes before the stall
+
+
+def test_xid_one_compute_phase_before_the_stall_is_the_cause() -> None:
+    # A 10 s rhythm: the XID lands 8 s before the GPUs stall (the compute
+    # phase in flight ends first).
+    def xid(t: float, out: list[Sample]) -> None:
+        out.append((T0 + t + 0.2, sig.GPU_XID, ("3", "79"), 1.0 if t >= 992 else 0.0))
+
+    incs = replay(node(1.0, 1200, (1000, 1060), period=10.0, extra=xid))
+    assert [(i.cause, i.culprit.key) for i in incs] == [("gpu_fault", "gpu:3")], [
+        i.summary for i in incs
+    ]
+
+
+# 3. Relative scales
+
+
+def test_nvme_latency_at_fifty_times_its_baseline_is_slow_storage() -> None:
+    totals: dict[str, float] = {}
+
+    def disk(t: float, out: list[Sample]) -> None:
+        slow = 1000 <= t < 1060
+        lat = 0.01 if slow else 0.0002
+        out.append((T0 + t + 0.3, sig.ST_WRITE_LAT, ("nvme0n1",), lat))
+        written = counter(totals, "w", 5e6 * (1.5 if slow else 1.0), 1.0)
+        out.append((T0 + t + 0.3, sig.ST_WRITE_BYTES, ("nvme0n1",), written))
+
+    incs = replay(node(1.0, 1200, (1002, 1060), extra=disk))
+    assert [(i.cause, i.culprit.key) for i in incs] == [("storage_latency", "storage:nvme0n1")]
+
+
+def test_pause_frames_of_a_full_storm_on_a_25g_port_are_a_storm() -> None:
+    # 745 frames/s hold a 25G port paused; no pause-duration counter.
+    totals: dict[str, float] = {}
+
+    def pfc(t: float, out: list[Sample]) -> None:
+        rate = 740.0 if 995 <= t < 1060 else 2.0
+        frames = counter(totals, "p", rate, 1.0)
+        out.append((T0 + t + 0.2, sig.NIC_PFC_FRAMES, ("eth0", "1", "3", "rx"), frames))
+
+    incs = replay(node(1.0, 1200, (1000, 1060), extra=pfc))
+    assert [(i.cause, i.culprit.key) for i in incs] == [("pfc_storm", "nic:eth0:1:3")]
+
+
+# 4. Job scope
+
+
+def test_the_other_jobs_gpu_fault_does_not_explain_a_stall() -> None:
+    # GPUs 0-3 (one job) hang; GPU 5 of the other job logs an XID at the onset.
+    def xid(t: float, out: list[Sample]) -> None:
+        out.append((T0 + t + 0.2, sig.GPU_XID, ("5", "79"), 1.0 if t >= 1000 else 0.0))
+
+    incs = replay(node(1.0, 1200, (1000, 1060), stalled=range(4), extra=xid))
+    assert [i.cause for i in incs] == ["unknown"], [i.summary for i in incs]
+    assert set(incs[0].gpus) == {"0", "1", "2", "3"}
+
+
+# 5. One poll is not evidence
+
+
+def test_a_dip_with_a_one_poll_ecn_burst_is_no_incident() -> None:
+    totals: dict[str, float] = {}
+
+    def ecn(t: float, out: list[Sample]) -> None:
+        rate = 50_000.0 if t == 1001 else 10.0
+        out.append((T0 + t + 0.2, sig.NIC_ECN, ("mlx5_0", "1"), counter(totals, "e", rate, 1.0)))
+
+    incs = replay(node(1.0, 1200, (1000, 1003), extra=ecn))
+    assert incs == [], [i.summary for i in incs]
+
+
+# 6. NVLink error counters
+
+
+def test_dcgm_nvlink_crc_errors_without_an_xid_are_nvlink_degraded() -> None:
+    lines = []
+    total = 0.0
+    for k in range(1, 1201):
+        total += 5000.0 if 995 <= k < 1060 else 0.0
+        lines.append(
+            f'DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL{{gpu="2",Hostname="n"}} {total} '
+            f"{T0 + k + 0.15}"
+        )
+    errors = from_text("\n".join(lines) + "\n")
+    assert errors, "the CRC flit counter is mapped"
+    samples = sorted(node(1.0, 1200, (1000, 1060)) + errors, key=lambda s: s[0])
+    incs = replay(samples)
+    assert [(i.cause, i.culprit.key) for i in incs] == [("nvlink_degraded", "gpu:2")]
+
+
+# 7. ECN culprit
+
+
+def test_ecn_culprit_is_the_port_whose_received_marks_stand_out() -> None:
+    totals: dict[str, float] = {}
+
+    def ecn(t: float, out: list[Sample]) -> None:
+        on = 990 <= t < 1060
+        ts = T0 + t + 0.2
+        for port, marks in (("mlx5_0", 400.0), ("mlx5_1", 60_000.0)):
+            rate = marks if on else 5.0
+            out.append((ts, sig.NIC_ECN, (port, "1"), counter(totals, port + "e", rate, 1.0)))
+            handled = 45_000.0 if on else 5.0
+            out.append(
+                (ts, sig.NIC_CNP_HANDLED, (port, "1"), counter(totals, port + "h", handled, 1.0))
+            )
+
+    incs = replay(node(1.0, 1200, (1000, 1060), extra=ecn))
+    assert [(i.cause, i.culprit.key) for i in incs] == [("ecn_congestion", "nic:mlx5_1:1")]
+
+
+# 8. Concurrent causes
+
+
+def test_a_storm_starting_mid_checkpoint_does_not_replace_the_checkpoint() -> None:
+    totals: dict[str, float] = {}
+
+    def both(t: float, out: list[Sample]) -> None:
+        ts = T0 + t + 0.2
+        writing = 1000 <= t < 1060
+        rate = 2e9 if writing else 5e6
+        out.append((ts, sig.ST_WRITE_BYTES, ("ckpt",), counter(totals, "w", rate, 1.0)))
+        ratio = 0.95 if 1025 <= t < 1060 else 0.01
+        out.append((ts, sig.NIC_PFC_RATIO, ("eth0", "1", "3", "rx"), ratio))
+
+    incs = replay(node(1.0, 1200, (1000, 1060), extra=both))
+    assert [i.cause for i in incs] == ["checkpoint_write"], [i.summary for i in incs]
+
+
+# 9. Missing families
+
+
+def test_hang_without_host_pfc_counters_and_a_short_ecn_burst_is_unknown() -> None:
+    totals: dict[str, float] = {}
+
+    def ecn(t: float, out: list[Sample]) -> None:
+        rate = 30_000.0 if 999 <= t < 1003 else 10.0
+        out.append((T0 + t + 0.2, sig.NIC_ECN, ("mlx5_3", "1"), counter(totals, "e", rate, 1.0)))
+
+    incs = replay(node(1.0, 1200, (1000, 1060), extra=ecn))
+    assert [i.cause for i in incs] == ["unknown"], [i.summary for i in incs]
+    assert "nic_pfc" in incs[0].missing
+
+
+# 10. Shallow slowdowns
+
+
+def test_all_reduce_forty_percent_slower_with_heavy_ecn_is_a_slowdown() -> None:
+    totals: dict[str, float] = {}
+
+    def slow(t: float, out: list[Sample]) -> None:
+        ts = T0 + t + 0.2
+        on = 1000 <= t < 1180
+        for g in range(8):
+            bw = 60e9 * (0.6 if on else 1.0) * (1 + 0.02 * math.sin(t + g))
+            out.append((ts, sig.NVLINK_TX, (str(g), "total"), counter(totals, str(g), bw, 1.0)))
+        rate = 40_000.0 if on else 10.0
+        out.append((ts, sig.NIC_ECN, ("mlx5_0", "1"), counter(totals, "e", rate, 1.0)))
+
+    incs = replay(node(1.0, 1500, None, extra=slow))
+    assert [(i.kind, i.cause) for i in incs] == [("slowdown", "ecn_congestion")], [
+        i.summary for i in incs
+    ]
+
+
+# 11. Disk counters refreshing in different cycles
+
+
+def test_write_time_without_its_write_count_is_no_latency() -> None:
+    # node_exporter diskstats: at job end the write-time counter moves in an
+    # interval where the write count did not (and the count catches up later).
+    lines = []
+    busy = ops = 0.0
+    for k in range(1, 301):
+        if k < 200:
+            busy += 0.004 * 100
+            ops += 100
+        elif k == 200:
+            busy += 0.12
+        elif k == 201:
+            ops += 1
+        ts = T0 + k
+        lines.append(f'node_disk_write_time_seconds_total{{device="sdb"}} {busy} {ts}')
+        lines.append(f'node_disk_writes_completed_total{{device="sdb"}} {ops} {ts}')
+    lat = [v for _, fam, _, v in from_text("\n".join(lines) + "\n") if fam == sig.ST_WRITE_LAT]
+    assert lat
+    assert max(lat) < 0.01, max(lat)
+
+
+# 12. Gradual onsets
+
+
+def test_latency_ramping_up_over_sixty_seconds_is_slow_storage() -> None:
+    # The ramp ends 10 s before the GPUs give up waiting: it fills more than
+    # half of a 2-minute baseline, whose median would call it normal.
+    def disk(t: float, out: list[Sample]) -> None:
+        ramp = min(1.0, max(0.0, (t - 930) / 60))
+        lat = 0.004 * (1 + 60 * ramp)
+        out.append((T0 + t + 0.3, sig.ST_WRITE_LAT, ("sdb",), lat))
+
+    incs = replay(node(1.0, 1200, (1000, 1060), extra=disk))
+    assert [(i.cause, i.culprit.key) for i in incs] == [("storage_latency", "storage:sdb")]
