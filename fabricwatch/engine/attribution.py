@@ -53,10 +53,12 @@ def attribute(
     listed with its time, and decides only where nothing present at the
     onset explains the stall.
     """
-    timely = [e for e in evidence if not e.since > late_after]
+    timely = [e for e in evidence if e.since is None or e.since <= late_after]
     if any(e.score >= min_evidence for e in timely) and len(timely) < len(evidence):
         late = [
-            replace(e, text=f"after the onset: {e.text}") for e in evidence if e.since > late_after
+            replace(e, text=f"after the onset: {e.text}")
+            for e in evidence
+            if e.since is not None and e.since > late_after
         ]
         evidence = [*timely, *late]
         candidates: Sequence[Evidence] = timely

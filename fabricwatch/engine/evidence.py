@@ -68,8 +68,10 @@ class Evidence:
     baseline: float
     text: str
     # When the series first reached halfway from its baseline to ``value``
-    # (NaN: not known; treated as present at the onset).
-    since: float = math.nan
+    # (None: not known; treated as present at the onset). None, not NaN: NaN
+    # is unequal to itself, so equal incidents would compare unequal (replay
+    # --jobs checks its cuts by equality).
+    since: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -775,30 +777,30 @@ SCORERS: tuple[Scorer, ...] = (
 _EVENT_FAMILIES = frozenset({sig.NIC_LINK_DOWNED, sig.GPU_XID, sig.ST_PROBE_FAIL})
 
 
-def _first_seen(ctx: ScoreContext, e: Evidence) -> float:
+def _first_seen(ctx: ScoreContext, e: Evidence) -> float | None:
     """When the series behind ``e`` first showed it: the first sample of its
-    onset window halfway from the baseline to the evidence level (NaN where
+    onset window halfway from the baseline to the evidence level (None where
     the evidence is not one series' level, e.g. a GPU's links together)."""
     spec = sig.SIGNAL_SPECS.get(e.family)
     if spec is None or e.family in (sig.SW_PFC_FRAMES, sig.NIC_PFC_FRAMES):
-        return math.nan
+        return None
     labels = dict(e.culprit.labels)
     try:
         key = tuple(labels[k] for k in spec.labels)
     except KeyError:
-        return math.nan
+        return None
     s = ctx.store.get(e.family, key)
     if s is None:
-        return math.nan
+        return None
     on, _ = ctx.windows(s)
     if e.family in _EVENT_FAMILIES:
-        return next((t for t, v in zip(on.times, on.values, strict=True) if v > 0), math.nan)
+        return next((t for t, v in zip(on.times, on.values, strict=True) if v > 0), None)
     mid = (e.value + e.baseline) / 2.0
     up = e.value >= e.baseline
     for t, v in zip(on.times, on.values, strict=True):
         if (v >= mid) if up else (v <= mid):
             return t
-    return math.nan
+    return None
 
 
 def collect(ctx: ScoreContext, job_gpus: Sequence[str]) -> list[Evidence]:

@@ -415,7 +415,7 @@ def test_same_fault_same_culprit_key_live_and_replay() -> None:
     assert _culprits(mapped) == live
     info = (
         'fabricwatch_nic_info{device="mlx5_0",port="1",netdev="ens1f0np0",pci_address='
-        '"0000:3b:00.0",numa_node="0",link_layer="Ethernet"} 1 100\n'
+        '"0000:3b:00.0",numa_node="0",link_layer="Ethernet"} 1 1700000000\n'
     )
     assert _culprits(parse(nic_storm_as_node_exporter(sc, info)).finish()) == live
 

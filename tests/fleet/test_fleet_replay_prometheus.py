@@ -57,5 +57,5 @@ def test_fleet_replay_from_prometheus_equals_live(
     assert view(got) == view(live)
     # A matcher selecting no node is a clear error.
     bad = [a if a != 'instance=~"gpu-.*"' else 'instance="nope"' for a in args]
-    assert main(bad) == 2
+    assert main(bad) == 1  # nothing usable: ExitCode.FAILURE
     assert "no usable samples" in capsys.readouterr().err
