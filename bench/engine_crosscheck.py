@@ -439,7 +439,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=2, help="parallel replays")
     ap.add_argument("--out", type=Path, help="write per-trace results as JSON")
     ap.add_argument("--timeout", type=float, default=300.0)
+    ap.add_argument(
+        "--dump",
+        metavar="SEED:SCENARIO:VARIANT:SPACING",
+        help="write that one trace and its truth to DIR/trace.om, DIR/truth.json (--out DIR)",
+    )
     args = ap.parse_args(argv)
+    if args.dump:
+        seed, scenario, variant, spacing = args.dump.split(":")
+        tr = ct.generate(int(seed), scenario, variant, float(spacing))
+        out = args.out or Path()
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "trace.om").write_text(tr.text)
+        doc = {
+            "truth": [asdict(t) for t in tr.truth],
+            "confounders": [asdict(c) for c in tr.confounders],
+            "params": tr.params,
+            "start": tr.start,
+        }
+        (out / "truth.json").write_text(json.dumps(doc, indent=1, default=str))
+        print(f"wrote {out / 'trace.om'} and {out / 'truth.json'}")
+        return 0
     import fabricwatch  # the checkout under test, as the replays import it
 
     print(f"fabricwatch under test: {Path(fabricwatch.__file__).parent}")
