@@ -189,7 +189,7 @@ def _labels_of(key: str) -> dict[str, str]:
     return out
 
 
-def _naive_key(key: str, cause: str) -> str:
+def _naive_key(key: str, rdma: dict[str, str]) -> str:
     lab = _labels_of(key)
     if "gpu" in lab:
         return f"gpu:{lab['gpu']}"
@@ -202,6 +202,7 @@ def _naive_key(key: str, cause: str) -> str:
         return f"storage:{lab.get('device', '')}"
     dev = lab.get("device", "")
     if key.startswith("node_ethtool"):
+        dev = rdma.get(dev, dev)
         name = key.split("{", 1)[0]
         prio = name.split("prio")[1].split("_")[0] if "prio" in name else ""
         return f"nic:{dev}:1:{prio}"
@@ -253,6 +254,11 @@ def naive_attribute(tr: ct.Trace, onset: float) -> tuple[str, str]:
     w0, w1 = onset - 3 * s - 12.0, onset + 2 * s
     b0, b1 = w0 - max(300.0, 20 * s), w0
     best = (0.0, "", "")
+    # netdev -> RDMA device, as replay renames ethtool series (fabricwatch_nic_info).
+    rdma = {
+        lab["netdev"]: lab["device"]
+        for lab in (_labels_of(k) for k in tr.series if k.startswith("fabricwatch_nic_info{"))
+    }
     for key, samp in tr.series.items():
         name = key.split("{", 1)[0]
         cause = next((c for frag, c in _FAMILY_CAUSE if frag in name), "")
@@ -275,6 +281,9 @@ def naive_attribute(tr: ct.Trace, onset: float) -> tuple[str, str]:
             lw = _rate(samp, w0, w1, True) / max(1e-9, _rate(ops, w0, w1, True))
             lb = _rate(samp, b0, b1, True) / max(1e-9, _rate(ops, b0, b1, True))
             jump = lw / lb if lb > 0 and not math.isnan(lw) else 0.0
+        elif "write_latency" in name:
+            lw, lb = _rate(samp, w0, w1, False), _rate(samp, b0, b1, False)
+            jump = lw / lb if lb > 0 and not math.isnan(lw) else 0.0
         else:
             counter = name.endswith(("_total", "_TOTAL", "pause", "duration")) or name.startswith(
                 ("cpfc", "node_ethtool")
@@ -284,7 +293,7 @@ def naive_attribute(tr: ct.Trace, onset: float) -> tuple[str, str]:
                 continue
             jump = (rw + 1.0) / (rb + 1.0)
         if jump > best[0]:
-            best = (jump, cause, _naive_key(key, cause))
+            best = (jump, cause, _naive_key(key, rdma))
     if best[0] < 5.0:
         return "unknown", ""
     return best[1], best[2]
@@ -484,6 +493,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         " exact among right causes, culL = prefix match; FA/nd = false alarms per node-day;"
         " lat = median samples from stall onset to open."
     )
+    pairs = [
+        (t, v)
+        for r in results
+        for t, v in zip(r.truth, r.engine, strict=True)
+        if t["kind"] == "stall" and v.detected
+    ]
+    as_slow = sum(v.kind == "slowdown" for _, v in pairs)
+    print(f"detected stalls the engine reported as kind=slowdown: {as_slow} of {len(pairs)}")
     unm: dict[str, int] = {}
     for r in results:
         for k, v in r.unmapped.items():
