@@ -2,9 +2,8 @@
 
 The red-team evaluation is only meaningful if every family it writes reaches
 the engine: a trace whose names replay does not map would score the engine on
-data it never saw. The one exception is the NVLink CRC error counter, which
-issue #16 (mechanism 6) asks replay to map; until it is, replay must at least
-list it as unmapped rather than drop it silently.
+data it never saw (the NVLink CRC error counter included, which issue #16,
+mechanism 6, had replay map).
 """
 
 from __future__ import annotations
@@ -16,7 +15,6 @@ import pytest
 from bench import crosscheck_traces as gen
 from fabricwatch.engine.replay import Mapper, parse_openmetrics
 
-_ISSUE16_UNMAPPED = {"DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL"}
 _KEY = re.compile(r"(switch:[^:]+:[^:]+(:\d)?|nic:[^:]+:\d+(:\d)?|gpu:\d+(:link:\d+)?|storage:.+)")
 
 
@@ -36,7 +34,7 @@ def test_trace_parses_with_every_family_mapped(scenario: str, variant: str, spac
     parse_openmetrics(trace.text.splitlines(), mapper, source=f"{scenario}.om")
     samples = mapper.finish()
     assert samples, "no sample reached a fabricwatch family"
-    assert set(mapper.ignored) <= _ISSUE16_UNMAPPED, mapper.ignored
+    assert not mapper.ignored, mapper.ignored
     families = {s[1] for s in samples}
     # Work signal, power and node-side counters all arrive.
     assert {"fabricwatch_gpu_power_watts", "fabricwatch_nic_link_up"} <= families
