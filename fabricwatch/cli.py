@@ -324,6 +324,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return ExitCode.FAILURE
     except KeyboardInterrupt:
         return ExitCode.INTERRUPTED
+    except BrokenPipeError:
+        # The reader went away (`fabricwatch incidents | head`): nothing left to
+        # say to it. Point stdout at /dev/null so the interpreter's final flush
+        # does not raise a second time, and exit as a command killed by SIGPIPE.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return ExitCode.OUTPUT_CLOSED
 
 
 if __name__ == "__main__":

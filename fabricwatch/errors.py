@@ -85,11 +85,12 @@ class ExitCode(IntEnum):
     USAGE = 2
     CANNOT_START = 3
     INTERRUPTED = 130
+    OUTPUT_CLOSED = 141  # 128 + SIGPIPE: the reader of stdout went away (`| head`)
 
 
 EXIT_CODE_HELP = (
     "Exit codes: 0 ok, 1 failure (a source unreachable, unusable input, a check that did not "
-    "pass), 2 invalid configuration or usage, 3 the daemon cannot start, 130 interrupted."
+    "pass), 2 invalid configuration or usage, 3 the daemon cannot start, 130 interrupted, 141 output closed early."
 )
 """One sentence for ``--help`` epilogs and the man page."""
 

@@ -117,6 +117,7 @@ def render(parser: argparse.ArgumentParser, *, date: str | None = None) -> str:
         ExitCode.USAGE: "invalid configuration or usage",
         ExitCode.CANNOT_START: "the daemon cannot start (port in use, a required collector failed)",
         ExitCode.INTERRUPTED: "interrupted",
+        ExitCode.OUTPUT_CLOSED: "standard output was closed by its reader (e.g. | head)",
     }
     for code in ExitCode:
         out += [".TP", f"\\fB{int(code)}\\fR", meaning[code]]

@@ -320,3 +320,19 @@ def test_incidents_in_a_private_state_dir_says_run_as_root() -> None:
     assert proc.returncode == ExitCode.FAILURE, proc.stderr
     assert "permission denied" in proc.stderr and "sudo fabricwatch incidents" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("command", [["sample-config"], ["version"]])
+def test_a_closed_stdout_is_no_traceback(command: list[str]) -> None:
+    # `fabricwatch incidents | head`: the reader goes away. Closing our end
+    # before the child writes makes its first write fail with EPIPE, always.
+    p = subprocess.Popen(
+        [sys.executable, "-m", "fabricwatch", *command],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert p.stdout is not None and p.stderr is not None
+    p.stdout.close()
+    err = p.stderr.read().decode()
+    assert p.wait(timeout=60) == ExitCode.OUTPUT_CLOSED, err
+    assert "Traceback" not in err and "BrokenPipe" not in err, err
