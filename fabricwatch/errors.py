@@ -90,7 +90,8 @@ class ExitCode(IntEnum):
 
 EXIT_CODE_HELP = (
     "Exit codes: 0 ok, 1 failure (a source unreachable, unusable input, a check that did not "
-    "pass), 2 invalid configuration or usage, 3 the daemon cannot start, 130 interrupted, 141 output closed early."
+    "pass), 2 invalid configuration or usage, 3 the daemon cannot start, 130 interrupted, "
+    "141 output closed early."
 )
 """One sentence for ``--help`` epilogs and the man page."""
 
