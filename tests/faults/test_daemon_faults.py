@@ -263,6 +263,11 @@ async def test_junk_from_the_snmp_target_degrades_only_the_switch_collector(
             "the switch target down",
         )
         assert junk.requests > 0
+        # Its only target failing, the switch collector itself is down.
+        await node.until(
+            lambda: node.metric('fabricwatch_collector_up{collector="switch"}') == 0.0,
+            "the switch collector down",
+        )
         polls = [e for e in node.events() if e.get("event") == "switch_poll_failed"]
         assert polls and polls[0]["reason"] == "malformed"
         assert node.metric('fabricwatch_collector_up{collector="gpu"}') == 1.0
