@@ -176,7 +176,7 @@ class FaultNode:
 
     async def signal(self, sig: signal.Signals) -> int:
         assert self.proc is not None
-        if sig is signal.SIGKILL:
+        if sig is not signal.SIGTERM:  # an abrupt end (kill -9, watchdog SIGABRT)
             # What was acknowledged just now may not be marked delivered yet.
             now = time.monotonic()
             self.in_flight |= {p.event_id for p in self.receiver.pages if now - p.at < 1.0}
