@@ -228,6 +228,23 @@ def read_capped(path: Path, limit: int) -> bytes:
     return data
 
 
+def read_section(path: Path, key: str) -> dict[str, Any]:
+    """The ``[key]`` table of a TOML file (empty when absent), read with the
+    config-file cap; for commands that need one section, not the whole config."""
+    try:
+        data = tomllib.loads(read_capped(path, MAX_CONFIG_BYTES).decode("utf-8"))
+    except ValueError as exc:  # too large, or not UTF-8
+        raise ConfigError(str(exc), path=str(path)) from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read: {exc.strerror}", path=str(path)) from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"invalid TOML: {exc}", path=str(path)) from None
+    table = data.get(key, {})
+    if not isinstance(table, dict):
+        raise ConfigError("expected a table", path=str(path), key=key)
+    return table
+
+
 def load_config(path: Path | None, registry: Registry) -> Config:
     """Read and validate a config file.
 

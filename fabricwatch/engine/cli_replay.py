@@ -12,13 +12,13 @@ import argparse
 import io
 import json
 import sys
-import tomllib
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from fabricwatch.config import read_section
 from fabricwatch.engine._cli_common import (
     EXIT_FAILURE,
     EXIT_OK,
@@ -104,15 +104,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 def _settings(path: Path | None) -> EngineSettings:
     if path is None:
         return EngineSettings()
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ConfigError(f"cannot read: {exc.strerror}", path=str(path)) from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"invalid TOML: {exc}", path=str(path)) from None
-    table = data.get("engine", {})
-    if not isinstance(table, dict):
-        raise ConfigError("expected a table", path=str(path), key="engine")
+    table = read_section(path, "engine")
     return build(EngineSettings, table, prefix="engine", source=str(path))
 
 

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tomllib
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
+from fabricwatch.config import read_section
 from fabricwatch.engine._cli_common import (
     EXIT_FAILURE,
     EXIT_OK,
@@ -65,15 +65,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 def _fleet_settings(path: Path | None) -> FleetSettings:
     if path is None:
         return build(FleetSettings, {}, prefix="fleet")
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ConfigError(f"cannot read: {exc.strerror}", path=str(path)) from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"invalid TOML: {exc}", path=str(path)) from None
-    table = data.get("fleet", {})
-    if not isinstance(table, dict):
-        raise ConfigError("expected a table", path=str(path), key="fleet")
+    table = read_section(path, "fleet")
     return build(FleetSettings, table, prefix="fleet", source=str(path))
 
 

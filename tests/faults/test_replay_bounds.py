@@ -80,6 +80,25 @@ def test_bad_utf8_names_the_file_and_line_through_the_cli(tmp_path: Path) -> Non
     assert "Traceback" not in res.stderr
 
 
+@pytest.mark.parametrize("fleet", [False, True])
+def test_an_endless_config_file_is_a_clear_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], fleet: bool
+) -> None:
+    from fabricwatch.cli import main
+
+    p = tmp_path / "ok.om"
+    p.write_text(f"{NAME} 0.5 1700000000\n")
+    args = ["replay", *(["--fleet"] if fleet else []), "--config", "/dev/zero", str(p)]
+    tracemalloc.start()
+    try:
+        assert main(args) == 2
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert "larger than" in capsys.readouterr().err
+    assert peak < 64 * 1024 * 1024  # read up to the cap, not until memory runs out
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.binary(max_size=120), max_size=20))
 def test_fuzzed_input_only_ever_raises_parse_error(lines: list[bytes]) -> None:
