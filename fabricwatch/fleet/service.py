@@ -53,16 +53,11 @@ from fabricwatch.outputs.alerting import METRICS as ALERT_METRICS
 from fabricwatch.outputs.alerting import MQTT_CONNECTED, MQTT_CONNECTS, outbox_readings
 from fabricwatch.outputs.exposition import ReloadStatus, build_registry
 from fabricwatch.outputs.mqtt import tls_context, topic_segment
-from fabricwatch.outputs.outbox import (
-    Outbox,
-    OutboxSender,
-    RetryPolicy,
-    TokenBucket,
-    iso,
-    settle_pending,
-)
+from fabricwatch.outputs.outbox import Outbox, iso, settle_pending
+from fabricwatch.outputs.sender import OutboxSender, RetryPolicy
 from fabricwatch.outputs.settings import AlertingSettings, MqttSettings
 from fabricwatch.outputs.sinks import Route, Router, build_sinks
+from fabricwatch.outputs.token_bucket import TokenBucket
 from fabricwatch.outputs.web import Route as WebRoute
 from fabricwatch.outputs.web import WebServer
 from fabricwatch.readings import MetricKind, MetricSpec, Reading

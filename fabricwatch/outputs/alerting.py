@@ -21,9 +21,12 @@ from fabricwatch.config import read_secret
 from fabricwatch.engine.db import IncidentDB
 from fabricwatch.errors import ConfigError
 from fabricwatch.outputs.mqtt import MqttPublisher, MqttSink, publish_metrics
-from fabricwatch.outputs.outbox import Outbox, OutboxSender, RetryPolicy, Sink, TokenBucket
+from fabricwatch.outputs.outbox import Outbox
+from fabricwatch.outputs.sender import OutboxSender, RetryPolicy
 from fabricwatch.outputs.settings import MQTT_SINK, AlertingSettings, MqttSettings
 from fabricwatch.outputs.sinks import Route, Router, build_sinks
+from fabricwatch.outputs.sinks.protocol import Sink
+from fabricwatch.outputs.token_bucket import TokenBucket
 from fabricwatch.readings import MetricKind, MetricSpec, Reading
 
 ATTEMPTS = MetricSpec(

@@ -38,8 +38,9 @@ import aiomqtt
 import structlog
 
 from fabricwatch.errors import ConfigError, DeliveryError
-from fabricwatch.outputs.outbox import Delivery, SinkError, iso
+from fabricwatch.outputs.outbox import Delivery, iso
 from fabricwatch.outputs.settings import MQTT_SINK, MqttSettings
+from fabricwatch.outputs.sinks.protocol import SinkError
 
 log = structlog.get_logger("fabricwatch.mqtt")
 

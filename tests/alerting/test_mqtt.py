@@ -27,7 +27,8 @@ from fabricwatch.outputs.mqtt import (
     tls_context,
     topic_segment,
 )
-from fabricwatch.outputs.outbox import Outbox, OutboxSender, RetryPolicy
+from fabricwatch.outputs.outbox import Outbox
+from fabricwatch.outputs.sender import OutboxSender, RetryPolicy
 from fabricwatch.outputs.settings import MqttSettings
 from fabricwatch.outputs.sinks import Route, Router
 from fabricwatch.readings import Reading

@@ -18,17 +18,16 @@ from fabricwatch.errors import StoreError
 from fabricwatch.outputs.outbox import (
     Delivery,
     Outbox,
-    OutboxSender,
-    RetryPolicy,
-    SinkError,
-    TokenBucket,
     build_event,
     dedup_key,
     enqueue,
     event_id,
     settle_pending,
 )
+from fabricwatch.outputs.sender import OutboxSender, RetryPolicy
 from fabricwatch.outputs.sinks import Route, Router, SlackSink, WebhookSink
+from fabricwatch.outputs.sinks.protocol import SinkError
+from fabricwatch.outputs.token_bucket import TokenBucket
 from tests.alerting.conftest import Receiver, make_incident, new_secret, opened, resolved
 
 
