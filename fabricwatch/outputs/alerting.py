@@ -22,11 +22,10 @@ from fabricwatch.engine.db import IncidentDB
 from fabricwatch.errors import ConfigError
 from fabricwatch.outputs.mqtt import MqttPublisher, MqttSink, publish_metrics
 from fabricwatch.outputs.outbox import Outbox
-from fabricwatch.outputs.sender import OutboxSender, RetryPolicy
+from fabricwatch.outputs.sender import OutboxSender, build_sender
 from fabricwatch.outputs.settings import MQTT_SINK, AlertingSettings, MqttSettings
-from fabricwatch.outputs.sinks import Route, Router, build_sinks
+from fabricwatch.outputs.sinks import Route, Router
 from fabricwatch.outputs.sinks.protocol import Sink
-from fabricwatch.outputs.token_bucket import TokenBucket
 from fabricwatch.readings import MetricKind, MetricSpec, Reading
 
 ATTEMPTS = MetricSpec(
@@ -147,13 +146,8 @@ class AlertingService:
     ) -> None:
         self._clock = clock
         self.outbox = Outbox(db.connect(), clock=clock)
-        built = build_sinks(
-            alerting.sinks if alerting.enabled else [], monotonic=monotonic, clock=clock
-        )
-        sinks: list[Sink] = list(built.sinks)
-        routes: list[Route] = list(built.routes)
-        limits: dict[str, TokenBucket] = dict(built.limits)
         self.publisher: MqttPublisher | None = None
+        extra: list[tuple[Sink, Route]] = []
         if mqtt.enabled:
             password = (
                 read_secret(mqtt.password_file, key="mqtt.password_file")
@@ -162,30 +156,14 @@ class AlertingService:
             )
             self.publisher = MqttPublisher(mqtt, node=node, cluster=cluster, password=password)
             if mqtt.incidents:
-                sinks.append(
-                    MqttSink(
-                        self.publisher,
-                        self.publisher.topics.incidents,
-                        timeout=mqtt.publish_timeout,
-                    )
+                sink = MqttSink(
+                    self.publisher, self.publisher.topics.incidents, timeout=mqtt.publish_timeout
                 )
                 # Every incident goes to the fleet; the aggregator decides what matters.
-                routes.append(Route(MQTT_SINK, min_severity="info"))
-        self.router = Router(cluster, routes, clock=clock)
-        self.sender = OutboxSender(
-            self.outbox,
-            sinks,
-            RetryPolicy(
-                max_age=alerting.max_age,
-                backoff_initial=alerting.backoff_initial,
-                backoff_max=alerting.backoff_max,
-                max_retry_after=alerting.max_retry_after,
-                retention=alerting.retention,
-                auth_retries=alerting.auth_failure_retries,
-            ),
-            limits=limits,
-            monotonic=monotonic,
-        )
+                extra.append((sink, Route(MQTT_SINK, min_severity="info")))
+        built = build_sender(self.outbox, alerting, extra=extra, monotonic=monotonic, clock=clock)
+        self.sender = built.sender
+        self.router = Router(cluster, built.routes, clock=clock)
         self.router.set_listener(self.sender.wake)
         self._db = db
         db.add_transition_hook(self.router)

@@ -21,6 +21,8 @@ import structlog
 
 from fabricwatch.errors import StoreError
 from fabricwatch.outputs.outbox import Delivery, Outbox, QueueStats
+from fabricwatch.outputs.settings import AlertingSettings
+from fabricwatch.outputs.sinks import Route, build_sinks
 from fabricwatch.outputs.sinks.protocol import RefreshingSink, Sink, SinkError
 from fabricwatch.outputs.token_bucket import TokenBucket
 
@@ -339,3 +341,41 @@ class OutboxSender:
             except Exception as exc:  # noqa: BLE001 - a failed refresh is retried next interval
                 log.warning("refresh_failed", sink=sink.name, error=str(exc), count=len(firing))
         return sink.refresh_interval
+
+
+@dataclass(frozen=True, slots=True)
+class BuiltSender:
+    """A sender over the configured sinks, and the routes that feed them."""
+
+    sender: OutboxSender
+    routes: list[Route]
+
+
+def build_sender(
+    outbox: Outbox,
+    alerting: AlertingSettings,
+    *,
+    extra: Sequence[tuple[Sink, Route]] = (),
+    monotonic: Callable[[], float] = time.monotonic,
+    clock: Callable[[], float] = time.time,
+) -> BuiltSender:
+    """The sender of ``[alerting]`` (the node daemon's and the fleet aggregator's).
+
+    ``extra`` adds sinks that are not in ``[[alerting.sinks]]`` (the node's MQTT
+    publisher), each with its route. Raises ConfigError for a missing secret.
+    """
+    built = build_sinks(
+        alerting.sinks if alerting.enabled else [], monotonic=monotonic, clock=clock
+    )
+    sinks: list[Sink] = [*built.sinks, *(sink for sink, _ in extra)]
+    routes: list[Route] = [*built.routes, *(route for _, route in extra)]
+    policy = RetryPolicy(
+        max_age=alerting.max_age,
+        backoff_initial=alerting.backoff_initial,
+        backoff_max=alerting.backoff_max,
+        max_retry_after=alerting.max_retry_after,
+        retention=alerting.retention,
+        auth_retries=alerting.auth_failure_retries,
+    )
+    sender = OutboxSender(outbox, sinks, policy, limits=built.limits, monotonic=monotonic)
+    return BuiltSender(sender, routes)
