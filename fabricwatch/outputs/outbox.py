@@ -1,23 +1,17 @@
-"""The durable alert outbox and its sender.
+"""The durable alert outbox: the event envelope and the rows that carry it.
 
 Every incident transition is written, in the transaction that records it,
-as one pending row per routed sink (:func:`enqueue`). An :class:`OutboxSender`
-runs one ordered worker per sink that drains those rows: it groups a backlog
-into one request where the sink can (flood control), spaces requests with a
-token bucket, retries network errors, timeouts, 5xx and 429 with exponential
-backoff and jitter (a receiver's ``Retry-After`` wins), dead-letters a row
-once it is older than ``max_age`` and resumes after a restart or ``kill -9``
-from whatever the database says is still pending.
+as one pending row per routed sink (:func:`enqueue`);
+:class:`~fabricwatch.outputs.sender.OutboxSender` drains them. A row is marked
+delivered only after the receiver acknowledged it (at-least-once: a crash
+between the two re-sends that one request). Each transition carries a stable
+``event_id`` (idempotency key, ``webhook-id``) and each incident a stable
+``dedup_key`` (PagerDuty ``dedup_key``, Alertmanager label set) so receivers
+collapse such repeats.
 
-Delivery is at-least-once: a row is marked delivered only after the receiver
-acknowledged it, so a crash between the two re-sends that one request. Each
-transition carries a stable ``event_id`` (idempotency key, ``webhook-id``) and
-each incident a stable ``dedup_key`` (PagerDuty ``dedup_key``, Alertmanager
-label set) so receivers collapse such repeats.
-
-Tables (``outbox``, ``outbox_meta``) live in the incident database file; they
-are created idempotently and versioned in ``outbox_meta`` so the engine's own
-``user_version`` migrations stay independent of them.
+The ``outbox`` table lives in the incident (or fleet) database file: a schema
+part (:mod:`fabricwatch.outputs.outbox_schema`) that :class:`Outbox` applies
+on the connection it is given.
 """
 
 from __future__ import annotations
@@ -34,8 +28,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from fabricwatch.errors import StoreError
-from fabricwatch.outputs.outbox_schema import ensure_schema
-from fabricwatch.sqlite import immediate_transaction, store_error
+from fabricwatch.outputs.outbox_schema import OUTBOX_SCHEMA
+from fabricwatch.sqlite import immediate_transaction, migrate_part, store_error
 
 EVENT_SCHEMA = "fabricwatch.incident-event/v1"
 DeliveryState = Literal["pending", "delivered", "dead"]
@@ -202,7 +196,7 @@ class Outbox:
         if not create:
             return  # a read-only view (``incidents --deliveries``)
         try:
-            ensure_schema(conn)
+            migrate_part(conn, OUTBOX_SCHEMA)
         except sqlite3.DatabaseError as exc:
             raise store_error("outbox", "cannot create tables", exc) from None
 

@@ -138,7 +138,7 @@ def test_settle_pending_marks_only_that_incidents_rows_up_to_the_revision(
 
 def test_newer_schema_is_refused(tmp_path: Path) -> None:
     box = Outbox.open(tmp_path / "o.db")
-    box.conn.execute("UPDATE outbox_meta SET value = '99' WHERE key = 'schema_version'")
+    box.conn.execute("UPDATE schema_parts SET version = 99 WHERE name = 'outbox'")
     box.conn.close()
     with pytest.raises(StoreError, match="newer"):
         Outbox.open(tmp_path / "o.db")
