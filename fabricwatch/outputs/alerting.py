@@ -1,11 +1,14 @@
-"""Wiring of the alerting outputs, and their self metrics.
+"""The alerting outputs of one daemon, and their self metrics.
 
 :class:`AlertingService` builds, from ``[alerting]`` and ``[mqtt]``, the
-outbox on the incident database's connection, the router (installed as the
-database's transition hook, so every transition is enqueued in the
-transaction that records it), the sender with one worker per sink, and the
-MQTT publisher. It also implements the :class:`~fabricwatch.collector.Collector`
-protocol, so the supervisor can collect its self metrics like any collector's.
+outbox on the incident database's connection, the router, the sender with one
+worker per sink (the router wakes it when it enqueues) and the MQTT publisher.
+It installs nothing on the database: its owner makes :attr:`AlertingService.router`
+the database's transition hook (``Daemon._attach_outputs``), so every
+transition is enqueued in the transaction that records it. It has the shape
+of a :class:`~fabricwatch.collector.Collector` (``name``, ``metrics``,
+``collect``), but no supervisor runs it: the daemon's tick loop puts its
+:meth:`AlertingService.collect` readings in the store.
 """
 
 from __future__ import annotations
@@ -165,8 +168,6 @@ class AlertingService:
         self.sender = built.sender
         self.router = Router(cluster, built.routes, clock=clock)
         self.router.set_listener(self.sender.wake)
-        self._db = db
-        db.add_transition_hook(self.router)
         if self.publisher is not None:
             self.publisher.on_connect(lambda: self.sender.receiver_back(MQTT_SINK))
         self._summary = summary
@@ -196,10 +197,6 @@ class AlertingService:
     async def collect(self) -> Sequence[Reading]:
         """Self-metric readings."""
         return outbox_readings(self.sender, self.outbox, self.publisher, self._clock())
-
-    def detach(self) -> None:
-        """Stop routing new transitions here (a rebuilt service takes over)."""
-        self._db.remove_transition_hook(self.router)
 
     async def close(self) -> None:
         """Stop the sender (pending rows stay), publish offline, disconnect."""
