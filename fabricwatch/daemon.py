@@ -206,33 +206,11 @@ class Daemon:
             wall=self._wall,
         )
         web_config = self._web_config(cfg)
-        # Wired below in the order data flows: incident database -> its outputs
-        # (the transition hook, _attach_outputs; or later by _state_retry_loop
-        # when the disk refuses writes now) -> engine recording into it ->
-        # collectors feeding the store through the supervisor -> /metrics and
-        # the API; the tick loop then drives store -> engine -> database.
-        self.db = IncidentDB.in_state_dir(state_dir)
-        self.store.register("state", STATE_METRICS)
-        try:
-            self.db.connect()
-        except StateWriteError as exc:
-            # The disk, not the file: monitor anyway (collectors, /metrics,
-            # engine), keep transitions in memory and retry the store.
-            log.error(
-                "state_db_unavailable",
-                error=str(exc),
-                hint="monitoring runs; incidents are kept in memory and paged once the "
-                "state directory accepts writes",
-            )
-            self.db.hold_writes(True)
-        except FabricwatchError as exc:
-            log.error("state_db_unusable", error=str(exc))
-            return EXIT_STARTUP
-        else:
-            code = self._build_alerting(cfg)
-            if code is not None:
-                self.db.close()
-                return code
+        # Wired in the order data flows: the incident database and its outputs,
+        # the engine recording into it, collectors feeding the store, /metrics.
+        code = self._open_state(cfg, state_dir)
+        if code is not None:
+            return code
         if cfg.engine.enabled:
             self.engine = Engine(cfg.engine, self.store, self.env.node, self.db)
             self.store.register("engine", self.engine.metrics())
@@ -290,6 +268,36 @@ class Daemon:
             for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
                 loop.remove_signal_handler(sig)
         return EXIT_OK
+
+    def _open_state(self, cfg: Config, state_dir: Path) -> int | None:
+        """Open the incident database and attach the outputs; an exit code if unusable.
+
+        When the disk refuses writes now, monitoring runs anyway: transitions
+        wait in memory and :meth:`_state_retry_loop` attaches the outputs later.
+        """
+        self.db = IncidentDB.in_state_dir(state_dir)
+        self.store.register("state", STATE_METRICS)
+        try:
+            self.db.connect()
+        except StateWriteError as exc:
+            # The disk, not the file: monitor anyway (collectors, /metrics,
+            # engine), keep transitions in memory and retry the store.
+            log.error(
+                "state_db_unavailable",
+                error=str(exc),
+                hint="monitoring runs; incidents are kept in memory and paged once the "
+                "state directory accepts writes",
+            )
+            self.db.hold_writes(True)
+        except FabricwatchError as exc:
+            log.error("state_db_unusable", error=str(exc))
+            return EXIT_STARTUP
+        else:
+            code = self._build_alerting(cfg)
+            if code is not None:
+                self.db.close()
+                return code
+        return None
 
     def _build_alerting(self, cfg: Config) -> int | None:
         """Wire the outbox on the open database; an exit code if that fails."""
