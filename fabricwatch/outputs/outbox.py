@@ -27,12 +27,23 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from fabricwatch.errors import StoreError
 from fabricwatch.outputs.outbox_schema import OUTBOX_SCHEMA
-from fabricwatch.sqlite import immediate_transaction, migrate_part, store_error
+from fabricwatch.sqlite import (
+    DatabaseFile,
+    Schema,
+    immediate_transaction,
+    migrate_part,
+    open_database,
+    store_error,
+)
 
 EVENT_SCHEMA = "fabricwatch.incident-event/v1"
 DeliveryState = Literal["pending", "delivered", "dead"]
+
+OUTBOX_FILE_APPLICATION_ID = 0x46574F31  # "FWO1": a file that holds only an outbox
+# Such a file has no tables of its own: its one version marks it as ours, the
+# outbox part brings its tables.
+_STANDALONE = Schema("outbox database", {1: ()})
 
 _COLUMNS = (
     "id, sink, event_id, dedup_key, incident_key, transition, revision, payload, created_at, "
@@ -202,15 +213,17 @@ class Outbox:
 
     @classmethod
     def open(cls, path: Path, *, clock: Callable[[], float] = time.time) -> Outbox:
-        """A standalone outbox file (WAL, synchronous=FULL: commits survive kill -9)."""
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            conn = sqlite3.connect(path, isolation_level=None, timeout=5.0)
-            conn.execute("PRAGMA journal_mode = WAL")
-            conn.execute("PRAGMA synchronous = FULL")
-        except (OSError, sqlite3.Error) as exc:
-            raise StoreError(f"cannot open outbox database {path}: {exc}") from None
-        return cls(conn, clock=clock)
+        """A file holding only an outbox (benches and tests; the daemon and the
+        fleet keep theirs in their own files). Opened like every state file
+        (:func:`fabricwatch.sqlite.open_database`: WAL, synchronous=FULL)."""
+        file = DatabaseFile(
+            path,
+            "outbox database",
+            OUTBOX_FILE_APPLICATION_ID,
+            _STANDALONE,
+            elsewhere="use another path",
+        )
+        return cls(open_database(file), clock=clock)
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
