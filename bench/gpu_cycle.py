@@ -31,17 +31,10 @@ from pathlib import Path
 from typing import Any
 
 from fabricwatch.collector import CollectorEnv
-from fabricwatch.collectors.gpu import (
-    Activity,
-    GpuBackend,
-    GpuCollector,
-    GpuSettings,
-    PynvmlBackend,
-    ScenarioClock,
-    SimulatedGPUs,
-)
+from fabricwatch.collectors.gpu import GpuBackend, GpuCollector, GpuSettings, PynvmlBackend
 from fabricwatch.readings import Reading
 from fabricwatch.store import SnapshotStore
+from fabricwatch.testing.sim_gpu import Activity, ScenarioClock, SimulatedGPUs
 
 REPO = Path(__file__).resolve().parent.parent
 BUDGET_CPU_PER_S = 0.01  # the whole daemon: 1 % of one core

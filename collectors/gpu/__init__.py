@@ -2,7 +2,8 @@
 
 Only :mod:`._facade` imports ``pynvml``. With no driver the collector starts,
 logs the reason once and reports itself absent until NVML appears.
-:class:`SimulatedGPUs` stands in for NVML in tests and ``fabricwatch demo``.
+:class:`fabricwatch.testing.sim_gpu.SimulatedGPUs` stands in for NVML in tests and
+``fabricwatch demo``.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from fabricwatch.collector import Collector, CollectorEnv, CollectorFactory
 from ._collector import SPECS, GpuCollector, GpuSettings, GpuStatus
 from ._facade import PynvmlBackend
 from ._jobs import JobRef, resolve_job
-from ._sim import PROFILES, Activity, ModelProfile, ScenarioClock, SimulatedGPUs
 from ._types import (
     EventKind,
     FabricInfo,
@@ -30,9 +30,7 @@ from ._types import (
 
 __all__ = [
     "FACTORY",
-    "PROFILES",
     "SPECS",
-    "Activity",
     "EventKind",
     "FabricInfo",
     "FabricState",
@@ -46,11 +44,8 @@ __all__ = [
     "GpuStatus",
     "JobRef",
     "LinkSample",
-    "ModelProfile",
     "NvmlUnavailable",
     "PynvmlBackend",
-    "ScenarioClock",
-    "SimulatedGPUs",
     "create",
     "resolve_job",
 ]
@@ -60,6 +55,8 @@ def create(settings: GpuSettings, env: CollectorEnv) -> Collector:
     """Build the collector over NVML, or over idle simulated GPUs when configured."""
     backend: GpuBackend
     if settings.backend == "simulated":
+        from fabricwatch.testing.sim_gpu import SimulatedGPUs
+
         backend = SimulatedGPUs(settings.simulated_model, settings.simulated_count, env.monotonic)
     else:
         backend = PynvmlBackend(monotonic=env.monotonic)

@@ -28,11 +28,11 @@ from fabricwatch.collectors.gnmi._collector import (
     _Target,
 )
 from fabricwatch.collectors.gnmi._proto import pb
-from fabricwatch.collectors.gnmi.simtarget import SimGnmiServer, demo_target
 from fabricwatch.errors import CollectorError
 from fabricwatch.readings import MetricSpec, Reading
 from fabricwatch.store import SnapshotStore
 from fabricwatch.supervisor import CollectorState, DegradedError, Supervisor
+from fabricwatch.testing.sim_gnmi import SimGnmiServer, demo_target
 
 JUNK = b"\x0a\xff\xff\xff\xff\x0f"  # field 1, a length far past the end: not a message
 

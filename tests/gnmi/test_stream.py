@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 
 from fabricwatch.collectors.gnmi import GnmiTargetSettings
-from fabricwatch.collectors.gnmi.simtarget import SimTarget, demo_target
 from fabricwatch.collectors.switch import _signals as sw
-from fabricwatch.collectors.switch.simagent import SimPort
 from fabricwatch.engine.evidence import ScoreContext, score_congestion
 from fabricwatch.engine.settings import EngineSettings
+from fabricwatch.testing.sim_gnmi import SimTarget, demo_target
+from fabricwatch.testing.sim_snmp import SimPort
 from tests.gnmi.conftest import NODE, MakeHarness, ManualClock, Pki, write_secret
 
 pytestmark = pytest.mark.integration

@@ -10,16 +10,10 @@ from pathlib import Path
 import pytest
 
 from fabricwatch.collector import CollectorEnv
-from fabricwatch.collectors.gpu import (
-    Activity,
-    GpuCollector,
-    GpuSettings,
-    NvmlUnavailable,
-    ScenarioClock,
-    SimulatedGPUs,
-)
+from fabricwatch.collectors.gpu import GpuCollector, GpuSettings, NvmlUnavailable
 from fabricwatch.errors import CollectorError
 from fabricwatch.store import SnapshotStore
+from fabricwatch.testing.sim_gpu import Activity, ScenarioClock, SimulatedGPUs
 
 
 class SimRig:

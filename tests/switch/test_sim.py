@@ -9,7 +9,7 @@ import pytest
 import structlog
 
 from fabricwatch.collectors.switch import TargetSettings
-from fabricwatch.collectors.switch.simagent import SimAgent, SimPort, SimSwitch, demo_switch
+from fabricwatch.testing.sim_snmp import SimAgent, SimPort, SimSwitch, demo_switch
 
 from .conftest import Harness, ManualClock, community_file
 

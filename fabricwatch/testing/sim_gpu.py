@@ -24,7 +24,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from ._types import (
+from fabricwatch.collectors.gpu._types import (
     EventKind,
     FabricInfo,
     FabricState,
