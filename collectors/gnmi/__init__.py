@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from fabricwatch.collector import Collector, CollectorEnv, CollectorFactory
 
-from ._config import GnmiSettings, GnmiTargetSettings, TlsSettings
+from ._settings import GnmiSettings, GnmiTargetSettings, TlsSettings
 
 if TYPE_CHECKING:
     from ._collector import GnmiCollector

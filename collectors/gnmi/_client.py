@@ -32,8 +32,8 @@ import structlog
 from fabricwatch.config import read_capped, read_secret
 from fabricwatch.errors import ConfigError
 
-from ._config import GnmiTargetSettings
 from ._proto import make_path, pb, pb_grpc
+from ._settings import GnmiTargetSettings
 
 log = structlog.get_logger("fabricwatch.collectors.gnmi")
 

@@ -13,18 +13,18 @@ from typing import Any
 import structlog
 
 from fabricwatch.collector import CollectorEnv
-from fabricwatch.collectors.switch import _signals as sw
+from fabricwatch.collectors.switch import _metrics as sw
 from fabricwatch.collectors.switch._lldp import Neighbour, find_uplinks, local_macs, normalize_mac
 from fabricwatch.counters import CounterTracker
 from fabricwatch.errors import CollectorError, ConfigError, ParseError
 from fabricwatch.readings import MetricSpec, Reading
 from fabricwatch.supervisor import DegradedError
 
-from . import _signals as sig
+from . import _metrics as sig
 from ._client import ERROR_REASONS, StreamError, SubscriptionGroup, TargetStream, load_credentials
-from ._config import GnmiSettings, GnmiTargetSettings
 from ._profiles import Leaf, Profile, ProfileSet, load_profiles
 from ._proto import Scalar, flatten, join, path_text, typed_value
+from ._settings import GnmiSettings, GnmiTargetSettings
 
 log = structlog.get_logger("fabricwatch.collectors.gnmi")
 

@@ -16,7 +16,7 @@ from fabricwatch.errors import CollectorError, ConfigError
 from fabricwatch.readings import MetricSpec, Reading
 
 from . import _cbqos
-from . import _signals as sig
+from . import _metrics as sig
 from ._ber import Oid, Special, Value, VarBind
 from ._client import (
     NativeV2cSession,
@@ -26,7 +26,6 @@ from ._client import (
     V3Credentials,
     walk,
 )
-from ._config import SwitchSettings, TargetSettings
 from ._lldp import (
     LOC_OIDS,
     REM_OIDS,
@@ -36,6 +35,7 @@ from ._lldp import (
     parse_remote,
 )
 from ._profiles import Profile, ProfileSet, Table, load_profiles
+from ._settings import SwitchSettings, TargetSettings
 
 log = structlog.get_logger("fabricwatch.collectors.switch")
 

@@ -10,7 +10,7 @@ import pytest
 
 from fabricwatch.collectors.gnmi import GnmiTargetSettings
 from fabricwatch.collectors.gnmi._proto import make_path, pb
-from fabricwatch.collectors.switch import _signals as sw
+from fabricwatch.collectors.switch import _metrics as sw
 from fabricwatch.testing.sim_gnmi import demo_target
 from tests.gnmi.conftest import MakeHarness, ManualClock, Pki, write_secret
 

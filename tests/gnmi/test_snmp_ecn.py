@@ -9,7 +9,7 @@ import pytest
 
 from fabricwatch.collector import CollectorEnv
 from fabricwatch.collectors.switch import SwitchCollector, SwitchSettings, TargetSettings, _cbqos
-from fabricwatch.collectors.switch import _signals as sw
+from fabricwatch.collectors.switch import _metrics as sw
 from fabricwatch.collectors.switch._ber import Oid, Value
 from fabricwatch.store import SnapshotStore
 from tests.switch.conftest import Snmpsim, community_file, snmpsim  # noqa: F401 - fixture

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from fabricwatch.collectors.gnmi import GnmiTargetSettings
-from fabricwatch.collectors.switch import _signals as sw
+from fabricwatch.collectors.switch import _metrics as sw
 from fabricwatch.engine.evidence import ScoreContext, score_congestion
 from fabricwatch.engine.settings import EngineSettings
 from fabricwatch.testing.sim_gnmi import SimTarget, demo_target

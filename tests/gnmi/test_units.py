@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from fabricwatch.collectors.gnmi import GnmiSettings
-from fabricwatch.collectors.gnmi import _signals as gsig
+from fabricwatch.collectors.gnmi import _metrics as gsig
 from fabricwatch.collectors.gnmi._collector import _speed_bps
 from fabricwatch.collectors.gnmi._profiles import load_profiles, parse_profile
 from fabricwatch.collectors.gnmi._proto import (
@@ -18,7 +18,7 @@ from fabricwatch.collectors.gnmi._proto import (
     split_path,
     typed_value,
 )
-from fabricwatch.collectors.switch import _signals as sw
+from fabricwatch.collectors.switch import _metrics as sw
 from fabricwatch.errors import ConfigError, ParseError
 from fabricwatch.settings import build
 from fabricwatch.store import SnapshotStore

@@ -1,14 +1,14 @@
 """Metric families of the gNMI collector.
 
 Switch data families are the SNMP switch collector's own :class:`MetricSpec`
-objects (``fabricwatch.collectors.switch._signals``), so both sources feed the
+objects (``fabricwatch.collectors.switch._metrics``), so both sources feed the
 same series names with identical declarations. Only what SNMP has no
 equivalent for, and the stream's own health, is declared here.
 """
 
 from __future__ import annotations
 
-from fabricwatch.collectors.switch import _signals as sw
+from fabricwatch.collectors.switch import _metrics as sw
 from fabricwatch.readings import MetricKind, MetricSpec
 
 G = MetricKind.GAUGE
