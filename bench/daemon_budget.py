@@ -68,11 +68,13 @@ from typing import Any, TypeVar
 from fabricwatch.clock import Clock
 from fabricwatch.collector import Collector, CollectorEnv, CollectorFactory, Registry
 from fabricwatch.collectors import builtin_registry
-from fabricwatch.collectors.gpu import GpuCollector, GpuSample, GpuSettings
-from fabricwatch.collectors.gpu._types import GpuEvent
+from fabricwatch.collectors.gpu._collector import GpuCollector
+from fabricwatch.collectors.gpu._settings import GpuSettings
+from fabricwatch.collectors.gpu._types import GpuEvent, GpuSample
 from fabricwatch.collectors.nic import NicCollector, NicSettings
 from fabricwatch.collectors.nic._fixture import NicFixture, mlx5_ethtool_names
-from fabricwatch.collectors.storage import StorageCollector, StorageSettings
+from fabricwatch.collectors.storage._collector import StorageCollector
+from fabricwatch.collectors.storage._settings import StorageSettings
 from fabricwatch.config import parse_config
 from fabricwatch.daemon import Daemon
 from fabricwatch.logs import configure_logging

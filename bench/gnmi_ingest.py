@@ -34,9 +34,9 @@ import time
 from pathlib import Path
 
 from fabricwatch.collector import CollectorEnv
-from fabricwatch.collectors.gnmi import GnmiSettings, GnmiTargetSettings
 from fabricwatch.collectors.gnmi._collector import GnmiCollector
 from fabricwatch.collectors.gnmi._proto import make_path, pb
+from fabricwatch.collectors.gnmi._settings import GnmiSettings, GnmiTargetSettings
 from fabricwatch.store import SnapshotStore
 from fabricwatch.testing.sim_gnmi import demo_target
 

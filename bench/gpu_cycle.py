@@ -31,7 +31,10 @@ from pathlib import Path
 from typing import Any
 
 from fabricwatch.collector import CollectorEnv
-from fabricwatch.collectors.gpu import GpuBackend, GpuCollector, GpuSettings, PynvmlBackend
+from fabricwatch.collectors.gpu._collector import GpuCollector
+from fabricwatch.collectors.gpu._facade import PynvmlBackend
+from fabricwatch.collectors.gpu._settings import GpuSettings
+from fabricwatch.collectors.gpu._types import GpuBackend
 from fabricwatch.readings import Reading
 from fabricwatch.store import SnapshotStore
 from fabricwatch.testing.sim_gpu import Activity, ScenarioClock, SimulatedGPUs

@@ -12,7 +12,7 @@ from __future__ import annotations
 from fabricwatch.collector import CollectorEnv, CollectorFactory
 
 from ._collector import SwitchCollector
-from ._settings import SwitchSettings, TargetSettings, V3Settings
+from ._settings import SwitchSettings
 
 
 def _create(settings: SwitchSettings, env: CollectorEnv) -> SwitchCollector:
@@ -26,5 +26,3 @@ FACTORY: CollectorFactory[SwitchSettings] = CollectorFactory(
     description="Switch PFC pause, queue drops, link state and traffic over SNMP (LLDP uplinks).",
     default_enabled=True,
 )
-
-__all__ = ["FACTORY", "SwitchCollector", "SwitchSettings", "TargetSettings", "V3Settings"]

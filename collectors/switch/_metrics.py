@@ -1,32 +1,15 @@
-"""Metric families of the switch collector (names per ``docs/signals.md``)."""
+"""Metric families of the switch collector: the per-port switch families of the
+signals contract (:mod:`fabricwatch.signals`, shared with gNMI) and the SNMP ones."""
 
 from __future__ import annotations
 
+from fabricwatch import signals as fam
 from fabricwatch.readings import MetricKind, MetricSpec
 
 G = MetricKind.GAUGE
 C = MetricKind.COUNTER
-SP = ("switch", "port")
-SPPD = ("switch", "port", "priority", "direction")
-SPD = ("switch", "port", "direction")
-SPQ = ("switch", "port", "queue")
+SPD = fam.SWITCH_PORT_DIRECTION
 
-PFC_PAUSE_RATIO = MetricSpec(
-    "fabricwatch_switch_pfc_pause_ratio",
-    G,
-    "Share of time the port/priority was paused, 0-1 (from a duration counter, "
-    "else frames x 65535 quanta x 512 bit-times at the port speed, capped at 1).",
-    SPPD,
-)
-PFC_PAUSE_FRAMES = MetricSpec(
-    "fabricwatch_switch_pfc_pause_frames", C, "PFC pause frames per priority.", SPPD
-)
-PFC_PAUSE_SECONDS = MetricSpec(
-    "fabricwatch_switch_pfc_pause_seconds",
-    C,
-    "Time in PFC pause reported by the switch (Cisco wait us, Mellanox ms).",
-    SPPD,
-)
 PORT_PFC_PAUSE_FRAMES = MetricSpec(
     "fabricwatch_switch_port_pfc_pause_frames",
     C,
@@ -39,54 +22,6 @@ PORT_PFC_PAUSE_RATIO = MetricSpec(
     G,
     "Pause-time fraction estimated from interface-total PFC frames, 0-1 (upper bound).",
     SPD,
-)
-LINK_PAUSE_FRAMES = MetricSpec(
-    "fabricwatch_switch_link_pause_frames", C, "802.3x link-level PAUSE frames.", SPD
-)
-PORT_UP = MetricSpec("fabricwatch_switch_port_up", G, "Oper status: 1 up, 0 otherwise.", SP)
-PORT_FLAPS = MetricSpec(
-    "fabricwatch_switch_port_flaps", C, "Oper status changes seen by the collector.", SP
-)
-RX_BYTES = MetricSpec("fabricwatch_switch_port_receive_bytes", C, "IF-MIB ifHCInOctets.", SP)
-TX_BYTES = MetricSpec("fabricwatch_switch_port_transmit_bytes", C, "IF-MIB ifHCOutOctets.", SP)
-DISCARDS = MetricSpec(
-    "fabricwatch_switch_port_discards",
-    C,
-    "IF-MIB ifIn/OutDiscards (Counter32).",
-    SPD,
-    bits=32,
-)
-ERRORS = MetricSpec(
-    "fabricwatch_switch_port_errors", C, "IF-MIB ifIn/OutErrors (Counter32).", SPD, bits=32
-)
-UTILIZATION = MetricSpec(
-    "fabricwatch_switch_port_utilization_ratio",
-    G,
-    "Octet rate x 8 / port speed, 0-1.",
-    SPD,
-)
-SPEED = MetricSpec(
-    "fabricwatch_switch_port_speed_bytes",
-    G,
-    "Port speed in bytes per second: the target's port_speeds setting, else ifHighSpeed, "
-    "else ifSpeed below 4294967295.",
-    SP,
-)
-QUEUE_DROPS = MetricSpec(
-    "fabricwatch_switch_queue_dropped_packets", C, "Packets dropped per egress queue.", SPQ
-)
-ECN_MARKED = MetricSpec(
-    "fabricwatch_switch_ecn_marked_packets",
-    C,
-    "ECN-marked packets per egress queue (gNMI queue counters; Cisco CBQoS RED class stats, "
-    "where the queue label is the class-map name).",
-    SPQ,
-)
-UPLINK_INFO = MetricSpec(
-    "fabricwatch_switch_uplink_info",
-    G,
-    "1 for each switch port polled as this node's uplink (neighbor_port from LLDP, or static).",
-    ("switch", "port", "neighbor_port"),
 )
 SWITCH_INFO = MetricSpec(
     "fabricwatch_switch_info",
@@ -135,24 +70,24 @@ PORTS_POLLED = MetricSpec(
     "fabricwatch_switch_ports_polled", G, "Ports polled on the switch.", ("switch",)
 )
 
-ALL = (
-    PFC_PAUSE_RATIO,
-    PFC_PAUSE_FRAMES,
-    PFC_PAUSE_SECONDS,
+METRICS: tuple[MetricSpec, ...] = (
+    fam.SW_PFC_RATIO,
+    fam.SW_PFC_FRAMES,
+    fam.SW_PFC_SECONDS,
     PORT_PFC_PAUSE_FRAMES,
     PORT_PFC_PAUSE_RATIO,
-    LINK_PAUSE_FRAMES,
-    PORT_UP,
-    PORT_FLAPS,
-    RX_BYTES,
-    TX_BYTES,
-    DISCARDS,
-    ERRORS,
-    UTILIZATION,
-    SPEED,
-    QUEUE_DROPS,
-    ECN_MARKED,
-    UPLINK_INFO,
+    fam.SW_LINK_PAUSE_FRAMES,
+    fam.SW_PORT_UP,
+    fam.SW_PORT_FLAPS,
+    fam.SW_RX_BYTES,
+    fam.SW_TX_BYTES,
+    fam.SW_DISCARDS,
+    fam.SW_ERRORS,
+    fam.SW_UTILIZATION,
+    fam.SW_SPEED,
+    fam.SW_QUEUE_DROPS,
+    fam.SW_ECN,
+    fam.SW_UPLINK_INFO,
     SWITCH_INFO,
     TARGET_UP,
     POLL_DURATION,

@@ -29,10 +29,13 @@ from typing import Any
 from fabricwatch.clock import Clock
 from fabricwatch.collector import Collector, CollectorEnv, CollectorFactory, Registry
 from fabricwatch.collectors import builtin_registry
-from fabricwatch.collectors.gpu import GpuCollector, GpuSample, GpuSettings
+from fabricwatch.collectors.gpu._collector import GpuCollector
+from fabricwatch.collectors.gpu._settings import GpuSettings
+from fabricwatch.collectors.gpu._types import GpuSample
 from fabricwatch.collectors.nic import NicCollector, NicSettings
 from fabricwatch.collectors.nic._fixture import NicFixture, mlx5_ethtool_names
-from fabricwatch.collectors.storage import StorageCollector, StorageSettings
+from fabricwatch.collectors.storage._collector import StorageCollector
+from fabricwatch.collectors.storage._settings import StorageSettings
 from fabricwatch.demo.scenarios import (
     CKPT,
     GPUS,

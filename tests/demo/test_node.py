@@ -16,7 +16,7 @@ import pytest
 
 from fabricwatch.clock import Clock
 from fabricwatch.collector import CollectionFailedError, Collector, CollectorEnv
-from fabricwatch.collectors.gpu import GpuCollector
+from fabricwatch.collectors.gpu._collector import GpuCollector
 from fabricwatch.config import Config, parse_config
 from fabricwatch.demo.node import (
     RDMA_BYTES_PER_SECOND,

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from collectors.switch._ber import decode_response, encode_response
 from fabricwatch.collectors import builtin_registry
+from fabricwatch.collectors.switch._ber import decode_response, encode_response
 from fabricwatch.config import load_config, read_secret
 from fabricwatch.errors import ConfigError, ParseError
 from fabricwatch.outputs.mqtt import default_client_id

@@ -12,7 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fabricwatch.collector import CollectorEnv, CollectorSettings
-from fabricwatch.collectors.switch import SwitchCollector, SwitchSettings, TargetSettings
+from fabricwatch.collectors.switch._collector import SwitchCollector
+from fabricwatch.collectors.switch._settings import SwitchSettings, TargetSettings
 from fabricwatch.outputs.exposition import ReloadStatus, build_registry
 from fabricwatch.readings import MetricKind, MetricSpec, Reading
 from fabricwatch.store import SnapshotStore

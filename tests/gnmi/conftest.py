@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from fabricwatch.collector import CollectorEnv
-from fabricwatch.collectors.gnmi import GnmiSettings, GnmiTargetSettings, TlsSettings
 from fabricwatch.collectors.gnmi._collector import GnmiCollector
+from fabricwatch.collectors.gnmi._settings import GnmiSettings, GnmiTargetSettings, TlsSettings
 from fabricwatch.readings import Reading
 from fabricwatch.store import SnapshotStore
 from fabricwatch.supervisor import DegradedError

@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 
 from fabricwatch.collector import CollectorEnv
-from fabricwatch.collectors.gpu import GpuCollector, GpuSettings, NvmlUnavailable
+from fabricwatch.collectors.gpu._collector import GpuCollector
+from fabricwatch.collectors.gpu._settings import GpuSettings
+from fabricwatch.collectors.gpu._types import NvmlUnavailable
 from fabricwatch.errors import CollectorError
 from fabricwatch.store import SnapshotStore
 from fabricwatch.testing.sim_gpu import Activity, ScenarioClock, SimulatedGPUs
