@@ -12,10 +12,10 @@ import structlog
 from fabricwatch import signals as fam
 from fabricwatch.collector import CollectionFailedError, CollectorEnv
 from fabricwatch.collectors.switchcommon.uplinks import find_uplinks, local_macs
-from fabricwatch.config import read_secret
 from fabricwatch.counters import CounterTracker
 from fabricwatch.errors import CollectorError, ConfigError
 from fabricwatch.readings import MetricSpec, Reading
+from fabricwatch.secrets import read_secret
 
 from . import _cbqos
 from . import _metrics as sig

@@ -17,7 +17,6 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from fabricwatch.config import read_secret
 from fabricwatch.engine.db import IncidentDB
 from fabricwatch.errors import ConfigError
 from fabricwatch.outputs.mqtt import MqttPublisher, MqttSink, publish_metrics
@@ -25,6 +24,7 @@ from fabricwatch.outputs.outbox import Outbox, OutboxSender, RetryPolicy, Sink, 
 from fabricwatch.outputs.settings import MQTT_SINK, AlertingSettings, MqttSettings
 from fabricwatch.outputs.sinks import Route, Router, build_sinks
 from fabricwatch.readings import MetricKind, MetricSpec, Reading
+from fabricwatch.secrets import read_secret
 
 ATTEMPTS = MetricSpec(
     "fabricwatch_alert_delivery_attempts",
