@@ -298,11 +298,6 @@ class SimulatedGPUs:
             self._targets(gpu)[0].lost = True
         self.inject_xid(gpu, 79)
 
-    def recover_gpu(self, gpu: int) -> None:
-        """Undo :meth:`lose_gpu` (a reset brought it back)."""
-        with self._lock:
-            self._targets(gpu)[0].lost = False
-
     def block_calls(self, gpu: int) -> None:
         """Make reads of one GPU hang (like a GSP RPC timeout) until :meth:`unblock_calls`."""
         with self._lock:
