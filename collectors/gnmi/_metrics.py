@@ -76,21 +76,7 @@ TARGET_RESTARTS = MetricSpec(
 )
 
 METRICS: tuple[MetricSpec, ...] = (
-    fam.SW_PFC_RATIO,
-    fam.SW_PFC_FRAMES,
-    fam.SW_PFC_SECONDS,
-    fam.SW_LINK_PAUSE_FRAMES,
-    fam.SW_PORT_UP,
-    fam.SW_PORT_FLAPS,
-    fam.SW_RX_BYTES,
-    fam.SW_TX_BYTES,
-    fam.SW_DISCARDS,
-    fam.SW_ERRORS,
-    fam.SW_UTILIZATION,
-    fam.SW_SPEED,
-    fam.SW_QUEUE_DROPS,
-    fam.SW_ECN,
-    fam.SW_UPLINK_INFO,
+    *fam.SWITCH_PORT_FAMILIES,
     ECN_MARKED_BYTES,
     QUEUE_TX_PACKETS,
     TARGET_UP,
