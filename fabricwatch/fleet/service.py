@@ -35,7 +35,6 @@ import aiomqtt
 import structlog
 from aiohttp import web
 
-from fabricwatch.config import read_secret
 from fabricwatch.errors import FabricwatchError, ParseError, StoreError
 from fabricwatch.fleet.db import FleetDB
 from fabricwatch.fleet.grouper import Grouper, GroupTransition
@@ -60,6 +59,7 @@ from fabricwatch.outputs.sinks import Route, Router
 from fabricwatch.outputs.web import Route as WebRoute
 from fabricwatch.outputs.web import WebServer
 from fabricwatch.readings import MetricKind, MetricSpec, Reading
+from fabricwatch.secrets import read_secret
 from fabricwatch.settings import parse_duration
 from fabricwatch.store import SnapshotStore
 from fabricwatch.webconfig import WebConfig

@@ -20,7 +20,6 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from fabricwatch.config import read_secret
 from fabricwatch.engine.db import IncidentDB
 from fabricwatch.errors import ConfigError
 from fabricwatch.outputs.mqtt import MqttPublisher, MqttSink, publish_metrics
@@ -30,6 +29,7 @@ from fabricwatch.outputs.settings import MQTT_SINK, AlertingSettings, MqttSettin
 from fabricwatch.outputs.sinks import Route, Router
 from fabricwatch.outputs.sinks.protocol import Sink
 from fabricwatch.readings import MetricKind, MetricSpec, Reading
+from fabricwatch.secrets import read_secret
 
 ATTEMPTS = MetricSpec(
     "fabricwatch_alert_delivery_attempts",

@@ -285,7 +285,7 @@ async def test_password_from_file(tmp_path: Path) -> None:
                 await bad.publish("x", b"y", qos=1)
         secret = tmp_path / "mqtt-password"
         secret.write_text("s3cret\n")
-        from fabricwatch.config import read_secret
+        from fabricwatch.secrets import read_secret
 
         pw = read_secret(str(secret), key="mqtt.password_file")
         async with publisher(settings(broker.port, username="node17"), password=pw) as good:

@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 
 from fabricwatch.collector import CollectionFailedError, CollectorEnv
-from fabricwatch.collectors.switch import SwitchCollector, SwitchSettings, TargetSettings
 from fabricwatch.collectors.switch._client import NativeV2cSession, SnmpError
+from fabricwatch.collectors.switch._collector import SwitchCollector
+from fabricwatch.collectors.switch._settings import SwitchSettings, TargetSettings
 from fabricwatch.store import SnapshotStore
 from tests.conftest import REPO, free_port
 
