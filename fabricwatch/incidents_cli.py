@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import argparse
 
-from fabricwatch.engine import cli_incidents
-from fabricwatch.engine._cli_common import EXIT_FAILURE, err
+from fabricwatch.cli import deliveries as cli_deliveries
+from fabricwatch.cli import incidents as cli_incidents
+from fabricwatch.cli import jobs as cli_jobs
+from fabricwatch.cli._common import EXIT_FAILURE, err
 from fabricwatch.errors import StoreError
-from fabricwatch.fleet import cli_jobs
-from fabricwatch.outputs import cli_deliveries
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:

@@ -7,7 +7,7 @@ import io
 
 import pytest
 
-from fabricwatch.demo import cli
+from fabricwatch.cli import demo as cli
 from fabricwatch.demo.runner import EXIT_WRONG, Demo, DemoOptions
 from fabricwatch.demo.scenarios import (
     ALL,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from fabricwatch.engine import cli_replay
+from fabricwatch.cli import replay as cli_replay
 from fabricwatch.engine.replay import (
     Mapper,
     Sample,

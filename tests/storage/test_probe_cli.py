@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from fabricwatch.collectors.storage import probe_cli
+from fabricwatch.cli import probe_storage as probe_cli
 
-MODULE = "fabricwatch.collectors.storage.probe_cli"
+MODULE = "fabricwatch.cli.probe_storage"
 
 
 def _args(*argv: str) -> argparse.Namespace:

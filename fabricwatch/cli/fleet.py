@@ -119,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m fabricwatch.fleet.cli``: the same as ``fabricwatch fleet``."""
+    """``python -m fabricwatch.cli.fleet``: the same as ``fabricwatch fleet``."""
     parser = argparse.ArgumentParser(
         prog="fabricwatch fleet",
         description="Group node incidents from MQTT into cluster incidents; page once per fault.",

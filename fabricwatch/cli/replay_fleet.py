@@ -16,8 +16,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from fabricwatch.config import read_section
-from fabricwatch.engine._cli_common import (
+from fabricwatch.cli._common import (
     EXIT_FAILURE,
     EXIT_OK,
     EXIT_USAGE,
@@ -25,7 +24,8 @@ from fabricwatch.engine._cli_common import (
     parse_time,
     print_json,
 )
-from fabricwatch.engine.cli_replay import _open_text, _settings
+from fabricwatch.cli.replay import _open_text, _settings
+from fabricwatch.config import read_section
 from fabricwatch.engine.replay import ReplayError
 from fabricwatch.errors import ConfigError, ParseError, StoreError
 from fabricwatch.fleet.ledger import ledger_lines, ledger_of

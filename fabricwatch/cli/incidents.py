@@ -13,7 +13,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from fabricwatch.engine._cli_common import (
+from fabricwatch.cli._common import (
     EXIT_FAILURE,
     EXIT_OK,
     EXIT_USAGE,
@@ -119,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Standalone entry point (``python -m fabricwatch.engine.cli_incidents``)."""
+    """Standalone entry point (``python -m fabricwatch.cli.incidents``)."""
     parser = argparse.ArgumentParser(prog="fabricwatch incidents", description=__doc__)
     configure_parser(parser)
     parser.add_argument("--config", type=Path, default=None, help="config file")

@@ -18,8 +18,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from fabricwatch.config import read_section
-from fabricwatch.engine._cli_common import (
+from fabricwatch.cli._common import (
     EXIT_FAILURE,
     EXIT_OK,
     EXIT_USAGE,
@@ -28,6 +27,7 @@ from fabricwatch.engine._cli_common import (
     print_json,
     print_table,
 )
+from fabricwatch.config import read_section
 from fabricwatch.engine.db import IncidentDB
 from fabricwatch.engine.incidents import Incident, summarize, to_json
 from fabricwatch.engine.replay import (
@@ -96,7 +96,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         "(repeatable; fabricwatch_nic_info series in the input do it automatically)",
     )
     # Imported here: the fleet replay module imports this one.
-    from fabricwatch.fleet import cli_replay as fleet_replay
+    from fabricwatch.cli import replay_fleet as fleet_replay
 
     fleet_replay.configure_parser(parser)
 
@@ -179,7 +179,7 @@ def run(args: argparse.Namespace) -> int:
             sys.stdout.write(f"{source}\n    -> {target}: {how}\n")
         return EXIT_OK
     if getattr(args, "fleet", False):
-        from fabricwatch.fleet import cli_replay as fleet_replay
+        from fabricwatch.cli import replay_fleet as fleet_replay
 
         return fleet_replay.run(args)
     if args.jobs is not None and args.jobs < 1:
@@ -313,7 +313,7 @@ def _node_from(matchers: list[str]) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Standalone entry point (``python -m fabricwatch.engine.cli_replay``)."""
+    """Standalone entry point (``python -m fabricwatch.cli.replay``)."""
     parser = argparse.ArgumentParser(prog="fabricwatch replay", description=__doc__)
     configure_parser(parser)
     return run(parser.parse_args(argv))

@@ -54,13 +54,13 @@ class _External:
 _EXTERNAL: tuple[_External, ...] = (
     _External(
         "demo",
-        "fabricwatch.demo.cli",
+        "fabricwatch.cli.demo",
         "the whole pipeline on simulated hardware: a PFC storm, ECN congestion, an NVLink "
         "fault, a link flap and a checkpoint stall, detected and explained live",
     ),
     _External(
         "probe-storage",
-        "fabricwatch.collectors.storage.probe_cli",
+        "fabricwatch.cli.probe_storage",
         "rehearse a checkpoint: write SIZE to PATH with fsync, report GB/s and per-write "
         "latency, and whether a model's checkpoint fits the time budget",
     ),
@@ -71,12 +71,12 @@ _EXTERNAL: tuple[_External, ...] = (
     ),
     _External(
         "fleet",
-        "fabricwatch.fleet.cli",
+        "fabricwatch.cli.fleet",
         "run the fleet aggregator: group node incidents from MQTT into one page per fabric fault",
     ),
     _External(
         "replay",
-        "fabricwatch.engine.cli_replay",
+        "fabricwatch.cli.replay",
         "run the correlation engine offline over OpenMetrics files or a Prometheus server",
     ),
 )

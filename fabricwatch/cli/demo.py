@@ -158,7 +158,7 @@ def print_summary(console: Console, doc: dict[str, Any]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m fabricwatch.demo.cli``."""
+    """``python -m fabricwatch.cli.demo``."""
     parser = argparse.ArgumentParser(
         prog="fabricwatch demo", description=__doc__.splitlines()[0] if __doc__ else None
     )

@@ -43,10 +43,9 @@ from rich.progress import (
     TransferSpeedColumn,
 )
 
+from fabricwatch.collectors.storage._mounts import find_mount, parse_mountinfo, resolve_path
 from fabricwatch.errors import ExitCode
 from fabricwatch.settings import parse_duration, parse_size
-
-from ._mounts import find_mount, parse_mountinfo, resolve_path
 
 SCHEMA = "fabricwatch.probe-storage/v1"
 # The over-budget verdict is a failed check (1); a bad PATH or size is usage (2).
@@ -455,7 +454,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Stand-alone entry point (``python -m fabricwatch.collectors.storage.probe_cli``)."""
+    """Stand-alone entry point (``python -m fabricwatch.cli.probe_storage``)."""
     parser = argparse.ArgumentParser(prog="fabricwatch probe-storage")
     configure_parser(parser)
     return run(parser.parse_args(argv))

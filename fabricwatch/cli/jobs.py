@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from fabricwatch.engine._cli_common import (
+from fabricwatch.cli._common import (
     EXIT_FAILURE,
     EXIT_OK,
     EXIT_USAGE,
