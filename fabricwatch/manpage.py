@@ -12,7 +12,7 @@ import sys
 from datetime import UTC, datetime
 
 from fabricwatch import __version__
-from fabricwatch.config import DEFAULT_CONFIG_PATH, DEFAULT_PORT
+from fabricwatch.defaults import DEFAULT_CONFIG_PATH, DEFAULT_PORT
 from fabricwatch.errors import ExitCode
 
 

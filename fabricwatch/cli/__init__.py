@@ -1,4 +1,12 @@
-"""The ``fabricwatch`` command line.
+"""The ``fabricwatch`` command line: one module per command, imported only when used.
+
+:data:`COMMANDS` is the registry: each entry names a command, its help, and the
+module of this package that implements it (``configure_parser(parser)`` and
+``run(args) -> int``). :func:`main` registers every command with its help only
+and imports a command's module (and with it what the command needs: the
+engine, SNMP, MQTT...) when that command is the one on the command line, so
+``fabricwatch version`` loads none of them. :func:`build_parser` configures
+every command (the man page and the tests).
 
 Exit codes are :class:`fabricwatch.errors.ExitCode`, one table for every
 command: 0 ok, 1 failure, 2 invalid configuration or usage, 3 the daemon
@@ -8,31 +16,17 @@ could not start (port in use, a required collector failed).
 from __future__ import annotations
 
 import argparse
-import asyncio
 import importlib
-import json
 import os
-import platform
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, cast
+from typing import Any, Protocol, cast
 
-from fabricwatch import __version__
-from fabricwatch.config import (
-    CREDENTIALS_SOURCE,
-    DEFAULT_CONFIG_PATH,
-    DEFAULT_PORT,
-    Config,
-    load_config,
-    split_listen,
-)
+from fabricwatch.cli.version import version_text
+from fabricwatch.defaults import DEFAULT_CONFIG_PATH, DEFAULT_PORT
 from fabricwatch.errors import EXIT_CODE_HELP, ConfigError, ExitCode, FabricwatchError
-from fabricwatch.logs import configure_logging
-from fabricwatch.settings import dumps_toml, to_table
-
-EXIT_CONFIG = ExitCode.USAGE
 
 
 class _Subcommand(Protocol):
@@ -42,166 +36,90 @@ class _Subcommand(Protocol):
 
 
 @dataclass(frozen=True)
-class _External:
-    """A subcommand implemented in another module, imported only when used."""
+class Command:
+    """One subcommand: its name and help, and the module that implements it.
+
+    Attributes:
+        name: the word on the command line.
+        module: the module with ``configure_parser`` and ``run``; imported only
+            when the command runs or a complete parser is built.
+        help: the line in ``fabricwatch --help``.
+        description: the first paragraph of ``fabricwatch NAME --help``.
+        uses_config: reads fabricwatch.toml, so takes ``--config`` after the
+            name too (replay and fleet define their own, also with
+            default=SUPPRESS: given after the command it wins, absent it leaves
+            the one given before).
+    """
 
     name: str
     module: str
     help: str
+    description: str | None = None
+    uses_config: bool = False
+
+    def load(self) -> _Subcommand:
+        """The implementing module."""
+        return cast(_Subcommand, importlib.import_module(self.module))
 
 
-# Subcommands whose implementation lives beside the feature they drive.
-_EXTERNAL: tuple[_External, ...] = (
-    _External(
+def _described(name: str, module: str, help: str, *, uses_config: bool = False) -> Command:
+    return Command(name, module, help, description=help, uses_config=uses_config)
+
+
+COMMANDS: tuple[Command, ...] = (
+    Command(
+        "run",
+        "fabricwatch.cli.run",
+        "run the node daemon in the foreground",
+        "Run collectors, engine and outputs; serve /metrics. "
+        "Works with no config file, no GPU and no switch.",
+        uses_config=True,
+    ),
+    Command(
+        "check-config",
+        "fabricwatch.cli.check_config",
+        "validate a config file and print the effective config",
+        "Validate without starting anything; exit 2 "
+        "with the key path on error. Secrets are redacted.",
+        uses_config=True,
+    ),
+    Command(
+        "sample-config",
+        "fabricwatch.cli.sample_config",
+        "print a fully commented config with every default",
+        "The output is deploy/fabricwatch.toml: every key, its help and its default.",
+    ),
+    Command("version", "fabricwatch.cli.version", "print the version"),
+    _described(
         "demo",
         "fabricwatch.cli.demo",
         "the whole pipeline on simulated hardware: a PFC storm, ECN congestion, an NVLink "
         "fault, a link flap and a checkpoint stall, detected and explained live",
     ),
-    _External(
+    _described(
         "probe-storage",
         "fabricwatch.cli.probe_storage",
         "rehearse a checkpoint: write SIZE to PATH with fsync, report GB/s and per-write "
         "latency, and whether a model's checkpoint fits the time budget",
     ),
-    _External(
+    _described(
         "incidents",
-        "fabricwatch.incidents_cli",
+        "fabricwatch.cli.incidents",
         "list the incidents recorded in the state directory (--deliveries: the alert outbox)",
+        uses_config=True,
     ),
-    _External(
+    _described(
         "fleet",
         "fabricwatch.cli.fleet",
         "run the fleet aggregator: group node incidents from MQTT into one page per fabric fault",
     ),
-    _External(
+    _described(
         "replay",
         "fabricwatch.cli.replay",
         "run the correlation engine offline over OpenMetrics files or a Prometheus server",
     ),
 )
-
-
-def _load(args: argparse.Namespace, path: Path | None = None) -> Config:
-    from fabricwatch.collectors import builtin_registry
-
-    return load_config(path if path is not None else args.config, builtin_registry())
-
-
-def cmd_run(args: argparse.Namespace) -> int:
-    """Run the daemon in the foreground (systemd Type=notify)."""
-    from fabricwatch.collectors import builtin_registry
-    from fabricwatch.daemon import Daemon
-
-    cfg = _load(args)
-    if args.listen:
-        cfg.web.listen = args.listen
-    configure_logging(args.log_level or cfg.log.level, args.log_format or cfg.log.format)
-    daemon = Daemon(
-        cfg, builtin_registry(), config_path=args.config, web_config_path=args.web_config
-    )
-    return asyncio.run(daemon.run())
-
-
-def cmd_check_config(args: argparse.Namespace) -> int:
-    """Validate a config file and print the effective config, secrets redacted."""
-    path: Path | None = args.file or args.config
-    cfg = _load(args, path)
-    if cfg.web.config_file:
-        from fabricwatch.webconfig import load_web_config
-
-        load_web_config(Path(cfg.web.config_file))
-    where = cfg.source or f"embedded defaults ({DEFAULT_CONFIG_PATH} not present)"
-    table = to_table(cfg)
-    table.pop("source", None)
-    for warning in missing_paths(table):
-        print(f"fabricwatch: warning: {warning}", file=sys.stderr)
-    if args.json:
-        print(json.dumps(table, indent=2))
-    else:
-        print(f"# valid: {where}")
-        print(dumps_toml(table), end="")
-    return ExitCode.OK
-
-
-def _credential(value: str) -> Path:
-    """Where the daemon would look for a ``*_file`` value, seen from this shell.
-
-    Under systemd a relative name is in ``$CREDENTIALS_DIRECTORY``; from an
-    operator's shell the unit's ``LoadCredential=fabricwatch:DIR`` means
-    ``fabricwatch_NAME`` is ``DIR/NAME``.
-    """
-    p = Path(value)
-    if p.is_absolute():
-        return p
-    creds = os.environ.get("CREDENTIALS_DIRECTORY")
-    if creds:
-        return Path(creds) / p
-    prefix = "fabricwatch_"
-    if value.startswith(prefix):
-        return CREDENTIALS_SOURCE / value.removeprefix(prefix)
-    return p
-
-
-def missing_paths(table: object, key: str = "") -> list[str]:
-    """Warnings for referenced files and directories that do not exist.
-
-    Valid config, wrong machine: a credential file not yet installed or a
-    checkpoint directory not mounted would fail at start or stay silent, so
-    ``check-config`` names the key. Disabled collectors are not checked.
-    """
-    out: list[str] = []
-    if isinstance(table, dict):
-        if table.get("enabled") is False:
-            return out
-        for k, v in table.items():
-            sub = f"{key}.{k}" if key else str(k)
-            if isinstance(v, str) and v and k.endswith("_file"):
-                where = _credential(v)
-                if not where.is_file():
-                    out.append(f"{sub}: file {where} does not exist (the daemon reads it at start)")
-            elif isinstance(v, str) and v and sub.startswith("collectors.storage.paths"):
-                if k == "path" and not Path(v).is_dir():
-                    out.append(f"{sub}: directory {v} does not exist (nothing to probe or map)")
-            else:
-                out.extend(missing_paths(v, sub))
-    elif isinstance(table, list):
-        for i, v in enumerate(table):
-            out.extend(missing_paths(v, f"{key}[{i}]"))
-    return out
-
-
-def cmd_sample_config(_args: argparse.Namespace) -> int:
-    """Print the fully commented sample config (all defaults)."""
-    from fabricwatch.collectors import builtin_registry
-    from fabricwatch.sample import render_sample
-
-    print(render_sample(builtin_registry()), end="")
-    return ExitCode.OK
-
-
-def version_text() -> str:
-    """``fabricwatch X.Y.Z (Python A.B.C)``."""
-    return f"fabricwatch {__version__} (Python {platform.python_version()})"
-
-
-def cmd_version(_args: argparse.Namespace) -> int:
-    """Print the version."""
-    print(version_text())
-    return ExitCode.OK
-
-
-def listen_address(text: str) -> str:
-    """argparse type of ``--listen``: host:port with a port 0-65535."""
-    try:
-        split_listen(text)
-    except ValueError:
-        msg = (
-            f"expected HOST:PORT with a port 0-65535 (0.0.0.0:{DEFAULT_PORT}, "
-            f"[::1]:{DEFAULT_PORT}, :{DEFAULT_PORT}), got {text!r}"
-        )
-        raise argparse.ArgumentTypeError(msg) from None
-    return text
+_BY_NAME = {c.name: c for c in COMMANDS}
 
 
 def _config_option(parser: argparse.ArgumentParser) -> None:
@@ -220,8 +138,43 @@ def _config_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser with every subcommand."""
+def _configure(parser: argparse.ArgumentParser, command: Command) -> None:
+    """Give ``parser`` the options of ``command`` (imports its module)."""
+    command.load().configure_parser(parser)
+    if command.uses_config:
+        _config_option(parser)
+
+
+class _Commands(argparse._SubParsersAction):  # type: ignore[type-arg]
+    """Subcommands whose options are added only when one is chosen.
+
+    ``pending`` holds the commands not configured yet; the one named on the
+    command line is configured just before its arguments are parsed.
+    """
+
+    pending: dict[str, Command]
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: str | Sequence[Any] | None,
+        option_string: str | None = None,
+    ) -> None:
+        name = values[0] if isinstance(values, Sequence) and values else None
+        command = self.pending.pop(str(name), None)
+        if command is not None:
+            _configure(self.choices[command.name], command)
+        super().__call__(parser, namespace, values, option_string)
+
+
+def build_parser(*, lazy: bool = False) -> argparse.ArgumentParser:
+    """The argument parser with every subcommand.
+
+    ``lazy``: register the commands by name and help only, and configure (and
+    import) a command when it is parsed: what :func:`main` uses, so a command
+    imports only its own module.
+    """
     parser = argparse.ArgumentParser(
         prog="fabricwatch",
         description=(
@@ -248,77 +201,34 @@ def build_parser() -> argparse.ArgumentParser:
         help="override log.format (json for journald, console for people, auto: console on "
         "a terminal)",
     )
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-
-    p = sub.add_parser(
-        "run",
-        help="run the node daemon in the foreground",
-        description="Run collectors, engine and outputs; serve /metrics. "
-        "Works with no config file, no GPU and no switch.",
+    sub = cast(
+        _Commands,
+        parser.add_subparsers(dest="command", metavar="COMMAND", required=True, action=_Commands),
     )
-    p.add_argument("--listen", metavar="HOST:PORT", type=listen_address, help="override web.listen")
-    p.add_argument(
-        "--web-config",
-        type=Path,
-        metavar="FILE",
-        help="exporter-toolkit web-config (TLS, basic auth); overrides web.config_file",
-    )
-    p.set_defaults(func=cmd_run)
-
-    p = sub.add_parser(
-        "check-config",
-        help="validate a config file and print the effective config",
-        description="Validate without starting anything; exit 2 "
-        "with the key path on error. Secrets are redacted.",
-    )
-    p.add_argument(
-        "file",
-        nargs="?",
-        type=Path,
-        help=f"file to check (default: --config or {DEFAULT_CONFIG_PATH})",
-    )
-    p.add_argument("--json", action="store_true", help="print JSON instead of TOML")
-    p.set_defaults(func=cmd_check_config)
-
-    p = sub.add_parser(
-        "sample-config",
-        help="print a fully commented config with every default",
-        description="The output is deploy/fabricwatch.toml: every key, its help and its default.",
-    )
-    p.set_defaults(func=cmd_sample_config)
-
-    p = sub.add_parser("version", help="print the version")
-    p.set_defaults(func=cmd_version)
-
-    for ext in _EXTERNAL:
-        module = cast(_Subcommand, importlib.import_module(ext.module))
-        p = sub.add_parser(ext.name, help=ext.help, description=ext.help)
-        module.configure_parser(p)
-        p.set_defaults(func=module.run)
-    for p in sub.choices.values():
-        if p.epilog is None:
-            p.epilog = EXIT_CODE_HELP
-        if p.prog.split()[-1] in _USES_CONFIG:
-            _config_option(p)
+    sub.pending = {}
+    for command in COMMANDS:
+        # The epilog first: a command may set its own (probe-storage does).
+        p = sub.add_parser(
+            command.name,
+            help=command.help,
+            description=command.description,
+            epilog=EXIT_CODE_HELP,
+        )
+        if lazy:
+            sub.pending[command.name] = command
+        else:
+            _configure(p, command)
     return parser
-
-
-# Commands that read fabricwatch.toml and so take --config after the name too
-# (replay and fleet define their own, also with default=SUPPRESS: given after the
-# command it wins, absent it leaves the one given before).
-_USES_CONFIG = frozenset({"run", "check-config", "incidents"})
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``fabricwatch`` console script."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    func = cast(Callable[[argparse.Namespace], int], args.func)
+    args = build_parser(lazy=True).parse_args(argv)
     try:
-        return func(args)
+        return _BY_NAME[args.command].load().run(args)
     except ConfigError as exc:
         print(f"fabricwatch: configuration error: {exc}", file=sys.stderr)
-        return EXIT_CONFIG
+        return ExitCode.USAGE
     except FabricwatchError as exc:
         print(f"fabricwatch: {exc}", file=sys.stderr)
         return ExitCode.FAILURE
@@ -331,7 +241,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return ExitCode.OUTPUT_CLOSED
-
-
-if __name__ == "__main__":
-    sys.exit(main())

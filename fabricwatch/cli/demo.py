@@ -20,7 +20,6 @@ from typing import Any
 from rich.console import Console
 
 from fabricwatch.demo.runner import (
-    EXIT_STARTUP,
     STORAGE_NOTE,
     DemoOptions,
     alerting_wired,
@@ -124,7 +123,7 @@ def run(args: argparse.Namespace) -> int:
     if result.summary is None:
         msg = result.message or "the demo did not run"
         print(f"fabricwatch demo: {msg}", file=sys.stderr)
-        return result.code if result.code else EXIT_STARTUP
+        return result.code if result.code else ExitCode.CANNOT_START
     if not shown:
         print_summary(console, result.summary)
     return result.code
@@ -155,16 +154,3 @@ def print_summary(console: Console, doc: dict[str, Any]) -> None:
         if doc["ok"]
         else "result: fabricwatch got something wrong (see the table)"
     )
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m fabricwatch.cli.demo``."""
-    parser = argparse.ArgumentParser(
-        prog="fabricwatch demo", description=__doc__.splitlines()[0] if __doc__ else None
-    )
-    configure_parser(parser)
-    return run(parser.parse_args(argv))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import signal
-import sys
 from pathlib import Path
 
 import structlog
@@ -24,10 +23,6 @@ from fabricwatch.logs import configure_logging
 from fabricwatch.webconfig import WebConfig, load_web_config
 
 log = structlog.get_logger("fabricwatch.fleet")
-
-EXIT_OK = ExitCode.OK
-EXIT_CONFIG = ExitCode.USAGE
-EXIT_STARTUP = ExitCode.CANNOT_START
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
@@ -70,7 +65,7 @@ async def serve(
     """Run one replica until ``stop`` is set; returns the exit code."""
     if not cfg.mqtt.enabled:
         log.error("fleet_needs_mqtt", hint="set [mqtt] enabled = true and the broker host")
-        return EXIT_CONFIG
+        return ExitCode.USAGE
     state_dir = fleet.state_path(cfg.daemon.state_dir)
     try:
         agg = FleetAggregator(
@@ -80,20 +75,20 @@ async def serve(
         raise
     except FabricwatchError as exc:
         log.error("fleet_unusable", error=str(exc))
-        return EXIT_STARTUP
+        return ExitCode.CANNOT_START
     try:
         await agg.start(listen_address(fleet.listen))
     except OSError as exc:
         log.error("listen_failed", address=fleet.listen, error=exc.strerror)
         await agg.close()
-        return EXIT_STARTUP
+        return ExitCode.CANNOT_START
     port = agg.web.port if agg.web is not None else 0
     log.info("fleet_listening", replica=agg.replica, port=port, state_dir=str(state_dir))
     try:
         await stop.wait()
     finally:
         await agg.close()
-    return EXIT_OK
+    return ExitCode.OK
 
 
 def run(args: argparse.Namespace) -> int:
@@ -116,27 +111,3 @@ def run(args: argparse.Namespace) -> int:
         return await serve(cfg, fleet, web_config, stop)
 
     return asyncio.run(main())
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m fabricwatch.cli.fleet``: the same as ``fabricwatch fleet``."""
-    parser = argparse.ArgumentParser(
-        prog="fabricwatch fleet",
-        description="Group node incidents from MQTT into cluster incidents; page once per fault.",
-    )
-    configure_parser(parser)
-    args = parser.parse_args(argv)
-    try:
-        return run(args)
-    except ConfigError as exc:
-        print(f"fabricwatch fleet: configuration error: {exc}", file=sys.stderr)
-        return EXIT_CONFIG
-    except FabricwatchError as exc:
-        print(f"fabricwatch fleet: {exc}", file=sys.stderr)
-        return ExitCode.FAILURE
-    except KeyboardInterrupt:
-        return ExitCode.INTERRUPTED
-
-
-if __name__ == "__main__":
-    sys.exit(main())

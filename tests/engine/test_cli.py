@@ -142,7 +142,7 @@ def test_replay_command_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str
 
 def test_replay_as_a_process(om_file: Path) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "fabricwatch.cli.replay", str(om_file), "--json"],
+        [sys.executable, "-m", "fabricwatch", "replay", str(om_file), "--json"],
         capture_output=True,
         text=True,
         timeout=60,
@@ -157,7 +157,7 @@ def test_replay_as_a_process(om_file: Path) -> None:
     ]
     assert "\x1b[" not in proc.stderr  # no progress bar when stderr is not a terminal
     proc = subprocess.run(
-        [sys.executable, "-m", "fabricwatch.cli.replay", "-"],
+        [sys.executable, "-m", "fabricwatch", "replay", "-"],
         input="{{{ garbage\n",
         capture_output=True,
         text=True,
