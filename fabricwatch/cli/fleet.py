@@ -12,17 +12,14 @@ import argparse
 import asyncio
 import signal
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import structlog
-
-from fabricwatch.config import Config, load_config
 from fabricwatch.errors import ConfigError, ExitCode, FabricwatchError
-from fabricwatch.fleet.service import FleetAggregator, listen_address
-from fabricwatch.fleet.settings import FleetSettings
-from fabricwatch.logs import configure_logging
-from fabricwatch.webconfig import WebConfig, load_web_config
 
-log = structlog.get_logger("fabricwatch.fleet")
+if TYPE_CHECKING:
+    from fabricwatch.config import Config
+    from fabricwatch.fleet.settings import FleetSettings
+    from fabricwatch.webconfig import WebConfig
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
@@ -63,6 +60,11 @@ async def serve(
     cfg: Config, fleet: FleetSettings, web_config: WebConfig, stop: asyncio.Event
 ) -> int:
     """Run one replica until ``stop`` is set; returns the exit code."""
+    import structlog
+
+    from fabricwatch.fleet.service import FleetAggregator, listen_address
+
+    log = structlog.get_logger("fabricwatch.fleet")
     if not cfg.mqtt.enabled:
         log.error("fleet_needs_mqtt", hint="set [mqtt] enabled = true and the broker host")
         return ExitCode.USAGE
@@ -94,6 +96,9 @@ async def serve(
 def run(args: argparse.Namespace) -> int:
     """Entry point of ``fabricwatch fleet``."""
     from fabricwatch.collectors import builtin_registry
+    from fabricwatch.config import load_config
+    from fabricwatch.logs import configure_logging
+    from fabricwatch.webconfig import WebConfig, load_web_config
 
     cfg = load_config(getattr(args, "config", None), builtin_registry())
     fleet = _fleet_settings(cfg, args)

@@ -33,17 +33,6 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, TextIO
 
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    DownloadColumn,
-    Progress,
-    TextColumn,
-    TimeRemainingColumn,
-    TransferSpeedColumn,
-)
-
-from fabricwatch.collectors.storage._mounts import find_mount, parse_mountinfo, resolve_path
 from fabricwatch.errors import ExitCode
 from fabricwatch.settings import parse_duration, parse_size
 
@@ -243,6 +232,8 @@ def _sigterm_as_interrupt() -> Iterator[None]:
 
 
 def _describe_mount(path: Path) -> dict[str, str]:
+    from fabricwatch.collectors.storage._mounts import find_mount, parse_mountinfo, resolve_path
+
     try:
         text = Path("/proc/self/mountinfo").read_text(encoding="utf-8", errors="replace")
     except OSError:
@@ -267,6 +258,16 @@ def _plan(args: argparse.Namespace) -> tuple[list[int], int]:
 
 
 def _measure(args: argparse.Namespace, workdir: Path, err: TextIO) -> tuple[list[_Stream], float]:
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        DownloadColumn,
+        Progress,
+        TextColumn,
+        TimeRemainingColumn,
+        TransferSpeedColumn,
+    )
+
     sizes, block = _plan(args)
     streams = [_Stream(workdir / f"stream-{i}", n) for i, n in enumerate(sizes)]
     buf = mmap.mmap(-1, block)

@@ -87,11 +87,15 @@ def test_a_command_imports_no_other_commands_module(command: str) -> None:
     assert not others & modules, f"{command} --help imported {sorted(others & modules)}"
 
 
-def test_incidents_imports_no_engine_fleet_or_outbox_until_it_lists() -> None:
-    code, modules = loaded_by("incidents", "--help")
+# replay's parser module still imports the engine and the fleet replay at the top
+# (both being reshaped elsewhere this round); every other command defers them.
+@pytest.mark.parametrize("command", [c.name for c in COMMANDS if c.name != "replay"])
+def test_help_of_a_command_imports_nothing_heavy(command: str) -> None:
+    code, modules = loaded_by(command, "--help")
     assert code == 0
-    for package in ("fabricwatch.engine", "fabricwatch.fleet", "fabricwatch.outputs"):
-        assert not _within(modules, package), package
+    own = {"demo": "fabricwatch.demo"}.get(command)
+    heavy = {p for p in HEAVY if p != own and _within(modules, p)}
+    assert not heavy, f"fabricwatch {command} --help imported {sorted(heavy)}"
 
 
 def test_the_complete_parser_knows_every_command() -> None:
