@@ -78,7 +78,7 @@ def _free_udp_port() -> int:
 
 
 def _start_snmpsim(port: int, work: Path) -> subprocess.Popen[bytes]:
-    exe = REPO / ".venv" / "bin" / "snmpsim-command-responder"
+    exe = Path(sys.executable).parent / "snmpsim-command-responder"
     return subprocess.Popen(
         [
             str(exe),
