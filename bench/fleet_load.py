@@ -197,7 +197,7 @@ def start_replica(cfg: Path, work: Path, name: str, http: int) -> subprocess.Pop
     env["PYTHONPATH"] = str(REPO)
     log = (work / f"{name}.log").open("ab")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "fabricwatch.fleet.cli", "--config", str(cfg), "--replica-id",
+        [sys.executable, "-m", "fabricwatch", "fleet", "--config", str(cfg), "--replica-id",
          name, "--listen", f"127.0.0.1:{http}", "--state-dir", str(work / name)],
         stdout=log, stderr=subprocess.STDOUT, env=env,
     )  # fmt: skip

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from fabricwatch.cli import replay as cli_replay
 from fabricwatch.collectors.storage._settings import StorageSettings
-from fabricwatch.engine import cli_replay
 from fabricwatch.engine import signals as sig
 from fabricwatch.engine.replay import (
     BLOCK_DEVICE_EXCLUDE,

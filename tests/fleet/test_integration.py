@@ -44,7 +44,7 @@ STORM = 32
 
 
 class Replica:
-    """One ``python -m fabricwatch.fleet.cli`` process."""
+    """One ``python -m fabricwatch fleet`` process."""
 
     def __init__(self, name: str, config: Path, work: Path) -> None:
         self.name = name
@@ -63,7 +63,8 @@ class Replica:
             [
                 sys.executable,
                 "-m",
-                "fabricwatch.fleet.cli",
+                "fabricwatch",
+                "fleet",
                 "--config",
                 str(self.config),
                 "--replica-id",

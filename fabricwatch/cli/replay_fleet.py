@@ -16,18 +16,15 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from fabricwatch.config import read_section
-from fabricwatch.engine._cli_common import (
-    EXIT_FAILURE,
-    EXIT_OK,
-    EXIT_USAGE,
+from fabricwatch.cli._common import (
     err,
     parse_time,
     print_json,
 )
-from fabricwatch.engine.cli_replay import _open_text, _settings
+from fabricwatch.cli.replay import _open_text, _settings
+from fabricwatch.config import read_section
 from fabricwatch.engine.replay import ReplayError
-from fabricwatch.errors import ConfigError, ParseError, StoreError
+from fabricwatch.errors import ConfigError, ExitCode, ParseError, StoreError
 from fabricwatch.fleet.ledger import ledger_lines, ledger_of
 from fabricwatch.fleet.replay import (
     DEFAULT_NODE_LABEL,
@@ -77,10 +74,10 @@ def run(args: argparse.Namespace) -> int:
         if args.prometheus:
             if args.files:
                 err("give OpenMetrics files or --prometheus, not both")
-                return EXIT_USAGE
+                return ExitCode.USAGE
             if not args.start:
                 err("--prometheus needs --from")
-                return EXIT_USAGE
+                return ExitCode.USAGE
             start, end = parse_time(args.start), parse_time(args.end)
             by_node = prometheus_samples(
                 args.prometheus,
@@ -102,18 +99,18 @@ def run(args: argparse.Namespace) -> int:
             by_node = samples_from_streams(streams)
         else:
             err("nothing to replay: give OpenMetrics files or --prometheus URL")
-            return EXIT_USAGE
+            return ExitCode.USAGE
         by_node = {n: s for n, s in by_node.items() if s}
         if not by_node:
             err(f"no usable samples for any node (node label {args.node_label!r})")
-            return EXIT_FAILURE
+            return ExitCode.FAILURE
         result = replay_nodes(by_node, engine, fleet, cluster=args.cluster, job=args.job)
     except (ConfigError, ValueError) as exc:
         err(str(exc))
-        return EXIT_USAGE
+        return ExitCode.USAGE
     except (ParseError, ReplayError, StoreError) as exc:
         err(str(exc))
-        return EXIT_FAILURE
+        return ExitCode.FAILURE
     node_incidents = sum(len(r.incidents()) for r in result.nodes.values())
     jobs = result.fleet.jobs()
     sys.stderr.write(
@@ -127,4 +124,4 @@ def run(args: argparse.Namespace) -> int:
         lines = list(job_lines(result.fleet)) or ["no cluster incidents"]
         lines += ["", *ledger_lines(ledger_of(result.fleet.incidents).entries())]
         sys.stdout.write("\n".join(lines) + "\n")
-    return EXIT_OK
+    return ExitCode.OK
