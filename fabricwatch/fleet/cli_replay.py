@@ -26,7 +26,7 @@ from fabricwatch.engine._cli_common import (
     print_json,
 )
 from fabricwatch.engine.cli_replay import _open_text, _settings
-from fabricwatch.engine.replay import ReplayError
+from fabricwatch.engine.replay_mapping import ReplayError
 from fabricwatch.errors import ConfigError, ParseError, StoreError
 from fabricwatch.fleet.ledger import ledger_lines, ledger_of
 from fabricwatch.fleet.replay import (

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from fabricwatch.engine import cli_replay
-from fabricwatch.engine.replay import write_openmetrics
+from fabricwatch.engine.replay_openmetrics import write_openmetrics
 from fabricwatch.engine.scenarios import Injection, Scenario, flatten, run_live
 from tests.conftest import free_port
 
