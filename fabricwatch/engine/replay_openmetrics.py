@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
 from functools import partial
 from typing import IO, Any
 
@@ -94,6 +95,80 @@ def check_span(lo: float, hi: float, source: str, line: int | None = None) -> No
         )
 
 
+@dataclass(slots=True)
+class _Seen:
+    """What one parse has seen, shared by the fast and the strict path."""
+
+    # series text -> [target, last timestamp, source name]
+    known: dict[str, list[Any]] = field(default_factory=dict)
+    eof: bool = False
+    lo: float = math.inf  # earliest sample: the first of some series (time never goes back)
+    lo_line: int = 0
+
+
+def _comment(line: str, source: str, lineno: int) -> bool:
+    """Check a ``#`` line; True for ``# EOF``."""
+    if line.strip() == "# EOF":
+        return True
+    if line.split(None, 2)[1:2] in (["TYPE"], ["HELP"], ["UNIT"]):
+        parts = line.split(None, 3)
+        if len(parts) < 3 or not re.fullmatch(r"[a-zA-Z_:][a-zA-Z0-9_:]*", parts[2]):
+            raise ParseError(f"malformed {parts[1]} line", source=source, line=lineno)
+    return False
+
+
+def _strict(line: str, lineno: int, seen: _Seen, mapper: Mapper, source: str) -> bool:
+    """One line through the strict parser; True when it registered a new series."""
+    if seen.eof:
+        if line.strip():
+            raise ParseError("content after '# EOF'", source=source, line=lineno)
+        return False
+    if not line or line.isspace():
+        return False
+    if line[0] == "#":
+        seen.eof = _comment(line, source, lineno)
+        return False
+    m = _LINE.match(line)
+    if m is None:
+        raise ParseError(f"not a sample line: {line[:60]!r}", source=source, line=lineno)
+    name, block, value_text, ts_text = m.groups()
+    if ts_text is None:
+        raise ParseError(
+            f"sample of {name} has no timestamp (replay needs timestamps)",
+            source=source,
+            line=lineno,
+        )
+    try:
+        value = _number(value_text)
+        ts = float(ts_text)
+    except ValueError:
+        raise ParseError(f"bad number in {line[:60]!r}", source=source, line=lineno) from None
+    if not math.isfinite(ts):
+        raise ParseError("timestamp is not finite", source=source, line=lineno)
+    if ts > 1e11:
+        ts /= 1000.0  # Prometheus text format: milliseconds
+    key = name + (block or "")
+    st = seen.known.get(key)
+    new = st is None
+    if st is None:
+        try:
+            labels = parse_labels(block[1:-1]) if block else {}
+        except ValueError as exc:
+            raise ParseError(str(exc), source=source, line=lineno) from None
+        st = seen.known[key] = [map_series(name, labels), -math.inf, name]
+        if ts < seen.lo:
+            seen.lo, seen.lo_line = ts, lineno
+    if ts < st[1]:
+        raise ParseError(
+            f"timestamp of {name} goes back in time ({ts} < {st[1]})",
+            source=source,
+            line=lineno,
+        )
+    st[1] = ts
+    mapper.add(st[0], name, ts, value)
+    return new
+
+
 def parse_openmetrics(
     lines: Iterable[str], mapper: Mapper, *, source: str = "<input>", fast: bool = True
 ) -> tuple[float, float] | None:
@@ -120,11 +195,8 @@ def parse_openmetrics(
             text that is not UTF-8, or samples spanning more than
             :data:`MAX_SPAN_DAYS`.
     """
-    # series text -> [target, last timestamp]; shared by both paths.
-    known: dict[str, list[Any]] = {}
-    slow_only = not fast
-    eof = False
-    match = _LINE.match
+    seen = _Seen()
+    known = seen.known
     add = mapper.add
     out = mapper.out
     isfinite = math.isfinite
@@ -132,13 +204,12 @@ def parse_openmetrics(
     prev_series = ""
     entry: list[Any] | None = None
     lineno = 0
-    lo, lo_line = math.inf, 0  # earliest sample: the first of some series (time never goes back)
     limit = MAX_LINE_CHARS
     for lineno, raw in enumerate(lines, 1):
         if len(raw) > limit or not raw.isascii():
             _check_line(raw.rstrip("\r\n"), source, lineno)
         line = raw.rstrip("\r\n")
-        if not eof and not slow_only:
+        if fast and not seen.eof:
             head, _, ts_text = line.rpartition(" ")
             series, _, value_text = head.rpartition(" ")
             if series != prev_series:
@@ -163,67 +234,16 @@ def parse_openmetrics(
                         else:
                             add(target, entry[2], ts, value)
                         continue
-        # The strict path.
-        if eof:
-            if line.strip():
-                raise ParseError("content after '# EOF'", source=source, line=lineno)
-            continue
-        if not line or line.isspace():
-            continue
-        if line[0] == "#":
-            if line.strip() == "# EOF":
-                eof = True
-            elif line.split(None, 2)[1:2] in (["TYPE"], ["HELP"], ["UNIT"]):
-                parts = line.split(None, 3)
-                if len(parts) < 3 or not re.fullmatch(r"[a-zA-Z_:][a-zA-Z0-9_:]*", parts[2]):
-                    raise ParseError(f"malformed {parts[1]} line", source=source, line=lineno)
-            continue
-        m = match(line)
-        if m is None:
-            raise ParseError(f"not a sample line: {line[:60]!r}", source=source, line=lineno)
-        name, block, value_text, ts_text = m.groups()
-        if ts_text is None:
-            raise ParseError(
-                f"sample of {name} has no timestamp (replay needs timestamps)",
-                source=source,
-                line=lineno,
-            )
-        try:
-            value = _number(value_text)
-            ts = float(ts_text)
-        except ValueError:
-            raise ParseError(f"bad number in {line[:60]!r}", source=source, line=lineno) from None
-        if not math.isfinite(ts):
-            raise ParseError("timestamp is not finite", source=source, line=lineno)
-        if ts > 1e11:
-            ts /= 1000.0  # Prometheus text format: milliseconds
-        key = name + (block or "")
-        st = known.get(key)
-        if st is None:
-            try:
-                labels = parse_labels(block[1:-1]) if block else {}
-            except ValueError as exc:
-                raise ParseError(str(exc), source=source, line=lineno) from None
-            st = known[key] = [map_series(name, labels), -math.inf, name]
+        if _strict(line, lineno, seen, mapper, source):
             prev_series = ""  # the fast path's memo may hold a miss for this text
-            if ts < lo:
-                lo, lo_line = ts, lineno
-        if ts < st[1]:
-            raise ParseError(
-                f"timestamp of {name} goes back in time ({ts} < {st[1]})",
-                source=source,
-                line=lineno,
-            )
-        st[1] = ts
-        add(st[0], name, ts, value)
     mapper.samples += n_fast
     if lineno == 0:
         raise ParseError("empty input", source=source)
-    if not known or lo == math.inf:
+    if not known or seen.lo == math.inf:
         return None
     hi = max(e[1] for e in known.values())
-    check_span(lo, hi, source, lo_line)
-    return lo, hi
+    check_span(seen.lo, hi, source, seen.lo_line)
+    return seen.lo, hi
 
 
 def write_openmetrics(
