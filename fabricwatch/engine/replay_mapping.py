@@ -12,7 +12,7 @@ import math
 import re
 from bisect import bisect_right
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from operator import itemgetter
 
@@ -150,6 +150,28 @@ MAPPING_TABLE: tuple[tuple[str, str, str], ...] = (
         "delta time / delta writes = average write latency, path=device (same filter)",
     ),
     (
+        "node_mountstats_nfs_total_write_bytes_total{export,protocol,mountaddr}",
+        sig.ST_WRITE_BYTES,
+        "bytes sent to the NFS server, path=export (an NFS mount: the remote device class)",
+    ),
+    (
+        "node_mountstats_nfs_operations_request_time_seconds_total / "
+        "_operations_requests_total{export,...,operation=WRITE}",
+        sig.ST_WRITE_LAT,
+        "delta execute time / delta WRITE requests, path=export; other operations dropped",
+    ),
+    (
+        "node_network_carrier{device}",
+        sig.NIC_LINK_UP,
+        "1 -> 1, else 0; the netdev's RDMA port (fabricwatch_nic_info / --nic-map), port=1 "
+        "without one; container/overlay netdevs dropped",
+    ),
+    (
+        "node_network_carrier_down_changes_total{device}",
+        sig.NIC_LINK_DOWNED,
+        "count: each carrier loss is one link-down event, also between two scrapes",
+    ),
+    (
         "cpfcIfPriorityIndications{ifName|ifIndex,cpfcIfPriorityValue}",
         sig.SW_PFC_FRAMES,
         "snmp_exporter CISCO-PFC-EXT, direction=rx; switch = switch or instance label",
@@ -178,6 +200,8 @@ SOURCE_NAME_REGEX = (
     "fabricwatch_.+|DCGM_FI_.+|node_infiniband_.+|node_ethtool_.*(pause|xoff|pfc).*"
     "|node_disk_write.+"
     "|node_disk_written_bytes_total|cpfcIfPriority.+|ifOperStatus|ifHC(In|Out)Octets"
+    "|node_mountstats_nfs_(total_write_bytes_total|operations_requests_total"
+    "|operations_request_time_seconds_total)|node_network_carrier(_down_changes_total)?"
     "|ifHighSpeed|ifSpeed"
 )
 """``__name__`` regex of every source the mapping understands (for Prometheus)."""
@@ -215,6 +239,27 @@ _IB: dict[str, tuple[str, str]] = {
     "node_infiniband_port_transmit_wait_total": (sig.NIC_XMIT_WAIT, "xmit_wait"),
 }
 _ETHTOOL_PREFIX = "node_ethtool_"
+# node_exporter's mountstats collector (collector/mountstats_linux.go), labels
+# export, protocol, mountaddr (+ operation): the bytes sent to the server, and
+# per operation the RPC count and the total execute time ("request time":
+# queue + round trip, what the live storage collector takes as NFS latency).
+_NFS_WRITE_BYTES = "node_mountstats_nfs_total_write_bytes_total"
+_NFS_OPS = {
+    "node_mountstats_nfs_operations_requests_total": "disk_ops",
+    "node_mountstats_nfs_operations_request_time_seconds_total": "disk_time",
+}
+# node_exporter's netclass collector (collector/netclass_linux.go), label device
+# (the netdev): the carrier state and the count of carrier-down changes.
+_CARRIER = {
+    "node_network_carrier": "_carrier",
+    "node_network_carrier_down_changes_total": "_carrier_down",
+}
+_CARRIER_FAMILIES = {"_carrier": sig.NIC_LINK_UP, "_carrier_down": sig.NIC_LINK_DOWNED}
+VIRTUAL_NETDEV = re.compile(
+    r"^(?:lo|docker\d*|veth.*|br-.*|virbr\d+.*|cni\d+|flannel\..*|cali.*|cilium_.*|lxc.*"
+    r"|kube-.*|vxlan.*|genev.*|tun\d+|tap.*|wg\d+|dummy\d+)$"
+)
+"""Netdevs that are never an RDMA port: loopback, container and overlay devices."""
 _SNMP_PFC = {
     "cpfcIfPriorityIndications": ("rx", "cpfcIfPriorityValue", False),
     "cpfcIfPriorityRequests": ("tx", "cpfcIfPriorityValue", False),
@@ -284,26 +329,67 @@ def _dcgm(name: str, labels: dict[str, str]) -> Target | None:
     return Target(family, values, transform, scale, True)
 
 
-def map_series(name: str, labels: dict[str, str]) -> Target | None:
-    """Where a source series goes, or None when the engine does not use it."""
-    if name.startswith("fabricwatch_"):
-        if name == "fabricwatch_nic_info":
-            try:
-                return Target("", (labels["device"], labels["port"], labels["netdev"]), "nic_id")
-            except KeyError:
-                return None
-        spec = sig.SIGNAL_SPECS.get(name)
-        if spec is None and name.endswith("_total"):
-            spec = _COUNTER_FAMILIES.get(name[:-6])
-        if spec is None or spec.kind is MetricKind.HISTOGRAM:
-            return None
+def _own(name: str, labels: dict[str, str]) -> Target | None:
+    if name == "fabricwatch_nic_info":
         try:
-            values = tuple(labels[k] for k in spec.labels)
+            return Target("", (labels["device"], labels["port"], labels["netdev"]), "nic_id")
         except KeyError:
             return None
-        return Target(spec.name, values)
-    if name.startswith("DCGM_FI_"):
-        return _dcgm(name, labels)
+    spec = sig.SIGNAL_SPECS.get(name)
+    if spec is None and name.endswith("_total"):
+        spec = _COUNTER_FAMILIES.get(name[:-6])
+    if spec is None or spec.kind is MetricKind.HISTOGRAM:
+        return None
+    try:
+        values = tuple(labels[k] for k in spec.labels)
+    except KeyError:
+        return None
+    return Target(spec.name, values)
+
+
+def _disk(name: str, labels: dict[str, str]) -> Target | None:
+    device = labels.get("device")
+    if device is None:
+        return None
+    if BLOCK_DEVICE_EXCLUDE.match(device):
+        return Target(sig.ST_WRITE_BYTES, (device,), "drop:block_device")
+    if name == "node_disk_written_bytes_total":
+        return Target(sig.ST_WRITE_BYTES, (device,))
+    part = "time" if "time" in name else "ops"
+    return Target(sig.ST_WRITE_LAT, (device,), f"disk_{part}")
+
+
+def _nfs(name: str, labels: dict[str, str]) -> Target | None:
+    """An NFS mount is a storage path named by its export (``server:/vol``): the
+    engine's storage scorer gives a path that is no local disk name the remote
+    device class (its latency floor ``storage_latency_min``)."""
+    export = labels.get("export")
+    if not export:
+        return None
+    if name == _NFS_WRITE_BYTES:
+        return Target(sig.ST_WRITE_BYTES, (export,))
+    part = _NFS_OPS.get(name)
+    if part is None:
+        return None
+    if labels.get("operation") != "WRITE":
+        return Target(sig.ST_WRITE_LAT, (export,), "drop:nfs_not_write")
+    # Same interval rule as diskstats: execute-time delta / WRITE-count delta.
+    return Target(sig.ST_WRITE_LAT, (export,), part)
+
+
+def _carrier(name: str, labels: dict[str, str]) -> Target | None:
+    """Carrier state and carrier-down changes of a netdev: the RDMA port's link
+    state and link-down events (renamed to the RDMA device in :meth:`Mapper.finish`)."""
+    device = labels.get("device")
+    family = _CARRIER.get(name)
+    if device is None or family is None:
+        return None
+    if VIRTUAL_NETDEV.match(device):
+        return Target(family, (device, "1"), "drop:virtual_netdev")
+    return Target(family, (device, "1"), "carrier")
+
+
+def _node(name: str, labels: dict[str, str]) -> Target | None:
     ib = _IB.get(name)
     if ib is not None:
         if "device" not in labels or "port" not in labels:
@@ -316,15 +402,26 @@ def map_series(name: str, labels: dict[str, str]) -> Target | None:
         "node_disk_write_time_seconds_total",
         "node_disk_writes_completed_total",
     ):
-        device = labels.get("device")
-        if device is None:
-            return None
-        if BLOCK_DEVICE_EXCLUDE.match(device):
-            return Target(sig.ST_WRITE_BYTES, (device,), "filtered")
-        if name == "node_disk_written_bytes_total":
-            return Target(sig.ST_WRITE_BYTES, (device,))
-        part = "time" if "time" in name else "ops"
-        return Target(sig.ST_WRITE_LAT, (device,), f"disk_{part}")
+        return _disk(name, labels)
+    if name.startswith("node_mountstats_nfs_"):
+        return _nfs(name, labels)
+    if name.startswith("node_network_carrier"):
+        return _carrier(name, labels)
+    return None
+
+
+def map_series(name: str, labels: dict[str, str]) -> Target | None:
+    """Where a source series goes, or None when the engine does not use it."""
+    if name.startswith("fabricwatch_"):
+        return _own(name, labels)
+    if name.startswith("DCGM_FI_"):
+        return _dcgm(name, labels)
+    if name.startswith("node_"):
+        return _node(name, labels)
+    return _snmp(name, labels)
+
+
+def _snmp(name: str, labels: dict[str, str]) -> Target | None:
     switch = labels.get("switch") or labels.get("instance") or "switch"
     port = labels.get("ifName") or labels.get("ifDescr") or labels.get("ifIndex")
     pfc = _SNMP_PFC.get(name)
@@ -379,7 +476,8 @@ class Mapper:
     Attributes:
         ignored: samples per source name that no mapping reads.
         dropped: samples dropped on purpose, by reason (``dcgm_blank``,
-            ``block_device``, ``saturated``, ``no_link_rate``, ``gpu_util_has_gr``).
+            ``block_device``, ``saturated``, ``no_link_rate``, ``gpu_util_has_gr``,
+            ``nfs_not_write``, ``virtual_netdev``, ``not_rdma_netdev``).
         unused: after :meth:`finish`, samples per mapped family no engine part reads.
     """
 
@@ -395,6 +493,7 @@ class Mapper:
         self._nic_map: dict[str, tuple[str, str]] = dict(nic_map or {})
         self._dcgm_seen = False
         self._ifspeed_seen = False
+        self._carrier_seen = False
         self.out: list[Sample] = []
         self.ignored: dict[str, int] = {}
         self.dropped: dict[str, int] = {}
@@ -458,8 +557,13 @@ class Mapper:
             key = (source, replace(target, instance=""))
             by_instance = self._mig.setdefault(key, {})
             by_instance.setdefault(target.instance, []).append((ts, value))
-        elif tr == "filtered":
-            self._drop("block_device")
+        elif tr.startswith("drop:"):
+            self._drop(tr[5:])
+        elif tr == "carrier":
+            self._carrier_seen = True
+            if target.family == "_carrier":
+                value = 1.0 if value == 1 else 0.0
+            self.out.append((ts, target.family, target.labels, value))
         elif tr == "nic_id":
             device, port, netdev = target.labels
             if netdev:
@@ -589,6 +693,8 @@ class Mapper:
         out = self.out
         if self._dcgm_seen or self._ifspeed_seen:
             out = self._finish_dcgm_speed(out)
+        if self._carrier_seen:
+            out = self._finish_carrier(out)
         if self._nic_map:
             out = self._merge_members([self._nic_identity(s) for s in out])
         out.sort(key=itemgetter(0))
@@ -596,6 +702,24 @@ class Mapper:
         counts = Counter(map(itemgetter(1), out))
         self.unused = {f: n for f, n in sorted(counts.items()) if f not in sig.ENGINE_FAMILIES}
         return out
+
+    def _finish_carrier(self, out: list[Sample]) -> list[Sample]:
+        """Netdev carrier series to NIC link families. Where the data names the
+        RDMA ports (``fabricwatch_nic_info``, ``--nic-map``), the live NIC
+        collector watches only those: other netdevs are dropped (``not_rdma_netdev``)."""
+        kept: list[Sample] = []
+        dropped = 0
+        for s in out:
+            family = _CARRIER_FAMILIES.get(s[1])
+            if family is None:
+                kept.append(s)
+            elif self._nic_map and s[2][0] not in self._nic_map:
+                dropped += 1
+            else:
+                kept.append((s[0], family, s[2], s[3]))
+        if dropped:
+            self._drop("not_rdma_netdev", dropped)
+        return kept
 
     def _finish_dcgm_speed(self, out: list[Sample]) -> list[Sample]:
         """Blank sentinels that took the fast path, GR over GPU_UTIL, ifSpeed fallback."""
@@ -623,19 +747,24 @@ class Mapper:
 
     @staticmethod
     def _merge_members(out: list[Sample]) -> list[Sample]:
-        """Bond members mapped to one RDMA port: frames summed, ratios the worst member."""
+        """Series mapped to one RDMA port at one time (bond members, or a netdev's
+        carrier next to the port's own state): counts summed, pause ratios the
+        worst member, link state down if any member is down."""
         groups: dict[tuple[float, str, tuple[str, ...]], list[float]] = {}
         rest: list[Sample] = []
         for s in out:
-            if s[1] in (sig.NIC_PFC_FRAMES, sig.NIC_PFC_RATIO):
+            if s[1] in _NIC_FAMILIES:
                 groups.setdefault((s[0], s[1], s[2]), []).append(s[3])
             else:
                 rest.append(s)
         for (ts, family, labels), values in groups.items():
-            v = sum(values) if family == sig.NIC_PFC_FRAMES else max(values)
-            rest.append((ts, family, labels, v))
+            merge = _MERGE.get(family, sum)
+            rest.append((ts, family, labels, merge(values)))
         return rest
 
 
-_NIC_FAMILIES = frozenset({sig.NIC_PFC_FRAMES, sig.NIC_PFC_RATIO})
+_NIC_FAMILIES = frozenset(
+    {sig.NIC_PFC_FRAMES, sig.NIC_PFC_RATIO, sig.NIC_LINK_UP, sig.NIC_LINK_DOWNED}
+)
+_MERGE: dict[str, Callable[[list[float]], float]] = {sig.NIC_PFC_RATIO: max, sig.NIC_LINK_UP: min}
 _SCALE = {sig.GPU_UTIL: 0.01, sig.GPU_MEM: 1048576.0}
