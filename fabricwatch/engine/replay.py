@@ -1,22 +1,12 @@
 """Replay: run the engine offline over recorded telemetry.
 
-Sources:
-
-* OpenMetrics text with timestamps (what ``promtool tsdb create-blocks-from
-  openmetrics`` reads), parsed strictly: garbage gets a :class:`ParseError`
-  naming the file and line.
-* The Prometheus HTTP API: raw samples fetched with range-vector instant
-  queries (``/api/v1/query`` with ``{...}[window]``), chunk by chunk, so
-  replay sees the samples exactly as scraped (a ``query_range`` would resample
-  them onto a step and fill gaps from the 5-minute lookback).
-
-Metric names may be fabricwatch's own or those of dcgm-exporter,
-node_exporter (infiniband, ethtool, diskstats) and an snmp_exporter
-CISCO-PFC-EXT module; :data:`MAPPING_TABLE` documents the mapping (also in
-``docs/replay-mapping.md``). Readings are fed into a fresh
+Sources are read by :mod:`fabricwatch.engine.replay_openmetrics` (OpenMetrics
+text with timestamps) and :mod:`fabricwatch.engine.replay_prometheus` (the
+Prometheus HTTP API), names mapped by :mod:`fabricwatch.engine.replay_mapping`.
+This module runs the engine over the mapped samples: they are fed into a fresh
 :class:`~fabricwatch.store.SnapshotStore` and the engine ticks on a fixed grid
 (half-tick marks), exactly as :func:`~fabricwatch.engine.scenarios.run_live`
-does live.
+does live, and reports the sample spacing it saw.
 """
 
 from __future__ import annotations
@@ -25,7 +15,7 @@ import math
 from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from fabricwatch.engine import signals as sig
 from fabricwatch.engine.core import Engine
@@ -130,6 +120,7 @@ class TickPlan:
 
     samples: Sequence[Sample]
     times: Sequence[float]
+    rows: list[Reading]
     ticks: Sequence[float]
     expire: Sequence[bool]
     start: float
@@ -149,6 +140,12 @@ def plan_replay(samples: Sequence[Sample], settings: EngineSettings) -> TickPlan
     if any(sm[1] not in used for sm in samples):
         kept = [sm for sm in samples if sm[1] in used]
     times = [sm[0] for sm in kept]
+    # Store-ready rows, built once and shared by every span (forked workers
+    # inherit them): a tick's batch is then a list slice. The store unpacks
+    # readings as plain 6-tuples, so no Reading is constructed.
+    rows = cast(
+        "list[Reading]", [(name, labels, value, ts, None, None) for ts, name, labels, value in kept]
+    )
     n = len(kept)
     t = math.floor(first / tick) * tick + tick / 2
     if t < first:
@@ -167,7 +164,7 @@ def plan_replay(samples: Sequence[Sample], settings: EngineSettings) -> TickPlan
         t += tick
         if i >= n and t > last + tick / 2:
             break
-    return TickPlan(kept, times, ticks, expire, first, last, len(samples) - n)
+    return TickPlan(kept, times, rows, ticks, expire, first, last, len(samples) - n)
 
 
 @dataclass(slots=True)
@@ -218,9 +215,8 @@ def run_span(
     out = SpanRun()
     store = replay_store()
     engine = Engine(settings, store, node, db)
-    samples, times, ticks, expire = plan.samples, plan.times, plan.ticks, plan.expire
+    rows, times, ticks, expire = plan.rows, plan.times, plan.ticks, plan.expire
     ingest = store.ingest
-    new_reading = tuple.__new__  # Reading(...) without NamedTuple's Python-level __new__
     i = 0 if begin == 0 else bisect_right(times, ticks[begin - 1])
     for k in range(begin, end):
         t = ticks[k]
@@ -231,11 +227,7 @@ def run_span(
         j = bisect_right(times, t, i)
         if j > i:
             # One batch per tick, as the daemon ingests one collection at a time.
-            batch = [
-                new_reading(Reading, (name, labels, value, ts, None, None))
-                for ts, name, labels, value in samples[i:j]
-            ]
-            res = ingest("replay", batch, now=t)
+            res = ingest("replay", rows[i:j], now=t)
             if own:
                 out.readings += res.accepted
                 out.rejected += res.rejected

@@ -46,7 +46,8 @@ def parse_labels(block: str) -> dict[str, str]:
     return out
 
 
-def _number(text: str) -> float:
+def parse_number(text: str) -> float:
+    """An OpenMetrics sample value (``NaN``, ``+Inf``, ``-Inf`` in any case); ValueError else."""
     low = text.lower()
     if low in ("nan", "+inf", "inf", "-inf"):
         return float(low)
@@ -139,7 +140,7 @@ def _strict(line: str, lineno: int, seen: _Seen, mapper: Mapper, source: str) ->
             line=lineno,
         )
     try:
-        value = _number(value_text)
+        value = parse_number(value_text)
         ts = float(ts_text)
     except ValueError:
         raise ParseError(f"bad number in {line[:60]!r}", source=source, line=lineno) from None

@@ -23,7 +23,7 @@ from fabricwatch.engine.replay_mapping import (
     Target,
     map_series,
 )
-from fabricwatch.engine.replay_openmetrics import _number
+from fabricwatch.engine.replay_openmetrics import parse_number
 
 
 def _prom_get(url: str, params: dict[str, str], timeout: float) -> Any:
@@ -107,7 +107,7 @@ def fetch_prometheus(
             target = cache[key]
             for ts, value in series.get("values", []):
                 try:
-                    mapper.add(target, name, float(ts), _number(value))
+                    mapper.add(target, name, float(ts), parse_number(value))
                 except (TypeError, ValueError):
                     msg = f"Prometheus returned a malformed sample for {name}: {[ts, value]!r}"
                     raise ReplayError(msg) from None
