@@ -3,11 +3,15 @@ node_exporter's NFS (mountstats) and carrier (netclass) families in replay."""
 
 from __future__ import annotations
 
+import argparse
 import io
+import json
 from collections.abc import Iterable, Iterator
+from pathlib import Path
 
 import pytest
 
+from fabricwatch.engine import cli_replay
 from fabricwatch.engine import signals as sig
 from fabricwatch.engine.incidents import IncidentTransition, to_json
 from fabricwatch.engine.replay import run_replay
@@ -209,3 +213,30 @@ def test_carrier_down_changes_are_discrete_link_events() -> None:
     assert (1030.0, sig.NIC_LINK_DOWNED, ("ens2", "1"), 4.0) in out
     assert (1030.0, sig.NIC_LINK_UP, ("ens2", "1"), 1.0) in out
     assert m.ignored == {"node_network_carrier_changes_total": 1}
+
+
+def test_cli_says_the_spacing_and_what_it_could_not_use(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sc = Scenario(duration=300, seed=2, node=NodeSpec(path=EXPORT))
+    steps = spaced(sc, 15)
+    buf = io.StringIO()
+    write_openmetrics(readings(steps), buf.write, rename=nfs_names)
+    t0 = sc.start_ts
+    unused = "".join(
+        f"node_mountstats_nfs_write_bytes_total{{{_NFS_LABELS}}} {k} {t0 + 15 * k}\n"
+        for k in range(3)
+    )
+    f = tmp_path / "t.om"
+    f.write_text(buf.getvalue().removesuffix("# EOF\n") + nfs_lines(steps) + unused + "# EOF\n")
+    p = argparse.ArgumentParser()
+    cli_replay.configure_parser(p)
+    assert cli_replay.run(p.parse_args([str(f), "--json", "--node", "n1"])) == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    summary = json.loads(err[-1])
+    assert summary["spacing_seconds"] == 15.0
+    assert "shorter than two samples (30 s)" in summary["spacing_warning"]
+    assert summary["unmapped"] == {"node_mountstats_nfs_write_bytes_total": 3}
+    assert summary["dropped"]["nfs_not_write"] > 0
+    human = "\n".join(err[:-1])
+    assert "sample spacing: 15 s" in human and "node_mountstats_nfs_write_bytes_total 3" in human
