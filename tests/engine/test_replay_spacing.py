@@ -213,6 +213,11 @@ def test_carrier_down_changes_are_discrete_link_events() -> None:
     assert (1030.0, sig.NIC_LINK_DOWNED, ("ens2", "1"), 4.0) in out
     assert (1030.0, sig.NIC_LINK_UP, ("ens2", "1"), 1.0) in out
     assert m.ignored == {"node_network_carrier_changes_total": 1}
+    # A carrier series without its netdev label, or a value other than 1, is no link up.
+    assert map_series("node_network_carrier", {"interface": "ens2"}) is None
+    m = Mapper()
+    parse_openmetrics(io.StringIO('node_network_carrier{device="ens2"} 3 1000\n# EOF\n'), m)
+    assert m.finish() == [(1000.0, sig.NIC_LINK_UP, ("ens2", "1"), 0.0)]
 
 
 def test_cli_says_the_spacing_and_what_it_could_not_use(
