@@ -27,19 +27,11 @@ from fabricwatch.cli._common import (
 from fabricwatch.config import read_section
 from fabricwatch.engine.db import IncidentDB
 from fabricwatch.engine.incidents import Incident, summarize, to_json
-from fabricwatch.engine.replay import (
-    MAPPING_TABLE,
-    Mapper,
-    ReplayError,
-    ReplayResult,
-    fetch_prometheus,
-    parse_nic_map,
-    read_files,
-    read_lines,
-    run_replay,
-    sample_spacing,
-)
+from fabricwatch.engine.replay import ReplayResult, run_replay, sample_spacing
 from fabricwatch.engine.replay_jobs import run_parallel
+from fabricwatch.engine.replay_mapping import MAPPING_TABLE, Mapper, ReplayError, parse_nic_map
+from fabricwatch.engine.replay_openmetrics import read_files, read_lines
+from fabricwatch.engine.replay_prometheus import fetch_prometheus
 from fabricwatch.engine.settings import EngineSettings
 from fabricwatch.errors import ConfigError, ExitCode, ParseError, StoreError
 from fabricwatch.settings import build, parse_duration

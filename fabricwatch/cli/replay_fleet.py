@@ -23,7 +23,7 @@ from fabricwatch.cli._common import (
 )
 from fabricwatch.cli.replay import _open_text, _settings
 from fabricwatch.config import read_section
-from fabricwatch.engine.replay import ReplayError
+from fabricwatch.engine.replay_mapping import ReplayError
 from fabricwatch.errors import ConfigError, ExitCode, ParseError, StoreError
 from fabricwatch.fleet.ledger import ledger_lines, ledger_of
 from fabricwatch.fleet.replay import (

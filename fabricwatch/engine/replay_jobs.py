@@ -28,7 +28,6 @@ from multiprocessing.connection import Connection
 
 from fabricwatch.engine.replay import (
     ReplayResult,
-    Sample,
     SpanRun,
     TickPlan,
     plan_replay,
@@ -36,6 +35,7 @@ from fabricwatch.engine.replay import (
     run_span,
     sample_spacing,
 )
+from fabricwatch.engine.replay_mapping import Sample
 from fabricwatch.engine.settings import EngineSettings
 
 

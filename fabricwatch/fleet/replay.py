@@ -18,17 +18,10 @@ from typing import Any
 
 from fabricwatch.engine import signals as sig
 from fabricwatch.engine.incidents import IncidentTransition, to_json
-from fabricwatch.engine.replay import (
-    Mapper,
-    ReplayError,
-    ReplayResult,
-    Sample,
-    fetch_prometheus,
-    parse_openmetrics,
-    prom_query,
-    run_replay,
-    selector,
-)
+from fabricwatch.engine.replay import ReplayResult, run_replay
+from fabricwatch.engine.replay_mapping import Mapper, ReplayError, Sample
+from fabricwatch.engine.replay_openmetrics import parse_openmetrics
+from fabricwatch.engine.replay_prometheus import fetch_prometheus, prom_query, selector
 from fabricwatch.engine.settings import EngineSettings
 from fabricwatch.fleet.grouper import Grouper, GroupTransition
 from fabricwatch.fleet.model import member_from_incident

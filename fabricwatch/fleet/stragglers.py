@@ -32,7 +32,7 @@ from statistics import median
 from typing import Any
 
 from fabricwatch.engine import signals as sig
-from fabricwatch.engine.replay import Sample
+from fabricwatch.engine.replay_mapping import Sample
 from fabricwatch.fleet.model import GroupKey, cluster_incident_key, group_topic_id
 from fabricwatch.outputs.outbox import iso
 

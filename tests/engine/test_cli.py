@@ -13,7 +13,7 @@ import pytest
 from fabricwatch.cli import incidents as cli_incidents
 from fabricwatch.cli import replay as cli_replay
 from fabricwatch.engine.db import DB_FILENAME, IncidentDB
-from fabricwatch.engine.replay import write_openmetrics
+from fabricwatch.engine.replay_openmetrics import write_openmetrics
 from fabricwatch.testing.sim_scenarios import Injection, Scenario, flatten, run_live
 
 REPO = Path(__file__).resolve().parents[2]

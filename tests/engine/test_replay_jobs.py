@@ -9,14 +9,10 @@ from pathlib import Path
 import pytest
 
 from fabricwatch.cli import main
-from fabricwatch.engine.replay import (
-    Mapper,
-    Sample,
-    parse_openmetrics,
-    run_replay,
-    write_openmetrics,
-)
+from fabricwatch.engine.replay import run_replay
 from fabricwatch.engine.replay_jobs import Split, run_parallel, usable_cores
+from fabricwatch.engine.replay_mapping import Mapper, Sample
+from fabricwatch.engine.replay_openmetrics import parse_openmetrics, write_openmetrics
 from fabricwatch.testing.sim_scenarios import Injection, Scenario, flatten
 
 

@@ -15,7 +15,7 @@ import pytest
 
 from fabricwatch.cli import main
 from fabricwatch.engine import signals as sig
-from fabricwatch.engine.replay import write_openmetrics
+from fabricwatch.engine.replay_openmetrics import write_openmetrics
 from fabricwatch.errors import ParseError
 from fabricwatch.fleet.replay import NodeStreams, group_offline, node_name, samples_from_streams
 from fabricwatch.fleet.settings import FleetSettings

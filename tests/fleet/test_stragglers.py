@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from fabricwatch.cli import main
-from fabricwatch.engine.replay import Sample
+from fabricwatch.engine.replay_mapping import Sample
 from fabricwatch.fleet.sim import Cluster, all_transitions, build_cluster, node_steps, plan
 from fabricwatch.fleet.stragglers import find_stragglers
 from tests.fleet.test_fleet_replay import write_nodes
