@@ -37,11 +37,13 @@ from aiohttp import web
 
 from fabricwatch.config import read_secret
 from fabricwatch.errors import FabricwatchError, ParseError, StoreError
+from fabricwatch.fleet import jobwork
 from fabricwatch.fleet.db import FleetDB
 from fabricwatch.fleet.grouper import Grouper, GroupTransition
 from fabricwatch.fleet.ledger import LEDGER_METRICS, Ledger
 from fabricwatch.fleet.model import (
     FleetTopics,
+    GroupKey,
     member_from_json,
     member_to_json,
     owner_of,
@@ -49,6 +51,7 @@ from fabricwatch.fleet.model import (
     split_node_topic,
 )
 from fabricwatch.fleet.settings import FleetSettings
+from fabricwatch.fleet.stragglers import LiveStragglers, StragglerTransition
 from fabricwatch.outputs.alerting import METRICS as ALERT_METRICS
 from fabricwatch.outputs.alerting import MQTT_CONNECTED, MQTT_CONNECTS, outbox_readings
 from fabricwatch.outputs.exposition import ReloadStatus, build_registry
@@ -196,6 +199,7 @@ class FleetAggregator:
         self.store.register("fleet", FLEET_METRICS)
         self.store.register("ledger", LEDGER_METRICS)
         self.ledger = Ledger(job_expiry=fleet.job_expiry, cost_per_gpu_hour=fleet.cost_per_gpu_hour)
+        self.stragglers = LiveStragglers(horizon=max(fleet.job_expiry, 600.0))
         self.store.register("alerting", ALERT_METRICS)
         self.counts: Counter[tuple[str, str]] = Counter()
         self.transition_counts: Counter[str] = Counter()
@@ -335,6 +339,7 @@ class FleetAggregator:
         # member, so ownership and "already paged" are known when members come in.
         await client.subscribe([(t.replicas_filter, 1), (t.groups_filter, 1)])
         await client.subscribe([(t.status_filter(c), 1) for c in clusters])
+        await client.subscribe([(t.jobwork_filter(c), 1) for c in clusters])
         await client.subscribe([(t.incidents_filter(c), 1) for c in clusters])
         self._client = client
         self.connects += 1
@@ -355,6 +360,8 @@ class FleetAggregator:
                 await self._ingest(client, topic, bytes(payload))
             elif topic.endswith("/status"):
                 self._status(topic, bytes(payload))
+            elif topic.endswith("/jobwork"):
+                self._jobwork(topic, bytes(payload))
         except ParseError as exc:
             log.warning("fleet_bad_message", topic=topic[:200], error=str(exc)[:300])
         except StoreError as exc:
@@ -414,6 +421,20 @@ class FleetAggregator:
             raise ParseError(f"status must be online or offline, got {text[:40]!r}", source=topic)
         self.grouper.on_status(cluster, node, text == "online", self._wall())
         self._count("status", "accepted")
+
+    def _jobwork(self, topic: str, payload: bytes) -> None:
+        """A node's job report: its jobs' GPU wall time (badput) and work (stragglers)."""
+        try:
+            cluster, _node = split_node_topic(topic, self.mqtt.topic_prefix, "jobwork")
+            report = jobwork.parse(payload, source=topic, max_bytes=self.settings.max_message_bytes)
+        except ParseError:
+            self._count("jobwork", "invalid")
+            raise
+        fresh = self.ledger.observe(cluster, report, self._wall())
+        if fresh:
+            self.stragglers.add(cluster, report)
+            self._wake.set()
+        self._count("jobwork", "accepted" if fresh else "duplicate")
 
     async def _fleet_message(self, topic: str, payload: bytes) -> None:
         t = self.topics
@@ -519,6 +540,8 @@ class FleetAggregator:
             self._adopt(self.grouper.adopted.pop(0), now)
         for tr in transitions:
             self._record(tr)
+        for st in self.stragglers.tick(now):
+            self._record_straggler(st)
         if client is not None and self._connected.is_set():
             await self._publish_pending(client)
         self._ingest_metrics()
@@ -531,8 +554,14 @@ class FleetAggregator:
             self._routers[cluster] = r
         return r
 
-    def _record(self, tr: GroupTransition) -> None:
+    def _record(self, tr: GroupTransition, *, announce: bool = True) -> None:
         router = self._router(tr.cluster)
+        self.ledger.apply(tr.doc, tr.at)
+        if tr.doc.get("group", {}).get("kind") == "job":
+            # The job's ledger entry rides along: webhooks and MQTT followers get the
+            # incident and what the job has lost so far in one message.
+            entries = self.ledger.entries(cluster=tr.cluster, job=str(tr.doc["job"]))
+            tr.doc["ledger"] = dict(entries[0]) if entries else None
         # A job incident covered by a switch/storage/NVLink incident is recorded and
         # announced, not paged: that incident's page is the one page for the fault.
         paged = tr.doc.get("paged") is not False
@@ -543,25 +572,34 @@ class FleetAggregator:
             (lambda conn: router.route(conn, tr.kind, tr.at, tr.doc)) if paged else None,
         )
         self.transition_counts[tr.kind] += 1
-        self.ledger.apply(tr.doc, tr.at)
-        self._pending_announce[(tr.cluster, tr.topic_id)] = tr.doc
+        if announce:
+            self._pending_announce[(tr.cluster, tr.topic_id)] = tr.doc
         if tr.doc.get("group", {}).get("kind") == "job":
             job = str(tr.doc["job"])
-            entries = self.ledger.entries(cluster=tr.cluster, job=job)
-            self._pending_jobs.append((tr.cluster, job, job_event(tr.kind, tr.at, tr.doc, entries)))
+            self._pending_jobs.append((tr.cluster, job, job_event(tr.kind, tr.at, tr.doc)))
         log.info(
             f"cluster_incident_{tr.kind}",
             incident=tr.doc["key"],
             cluster=tr.cluster,
             group=tr.doc["culprit"]["key"],
             cause=tr.doc["cause"],
-            nodes=tr.doc["node_count"],
-            gpus=tr.doc["gpu_count"],
+            nodes=tr.doc.get("node_count"),
+            gpus=tr.doc.get("gpu_count"),
             summary=tr.doc["summary"],
             revision=tr.doc["revision"],
         )
         if self.on_transition is not None:
             self.on_transition(tr)
+
+    def _record_straggler(self, st: StragglerTransition) -> None:
+        """Record and page a straggler incident of a job this replica owns (every replica
+        detects every job, so one that takes a job over continues its incident)."""
+        p = self.grouper.partition(st.cluster, GroupKey("job", st.job))
+        if p not in self.grouper.owned:
+            return
+        doc = dict(st.doc, owner=self.replica, partition=p)
+        tid = str(doc["group"]["id"])
+        self._record(GroupTransition(st.kind, st.at, st.cluster, tid, p, doc), announce=False)
 
     def _adopt(self, doc: Mapping[str, Any], now: float) -> None:
         """Take over a peer's open incident: record that its sinks were told (by the
@@ -759,11 +797,9 @@ class FleetAggregator:
 JOB_EVENT_SCHEMA = "fabricwatch.job-event/v1"
 
 
-def job_event(
-    transition: str, at: float, doc: Mapping[str, Any], ledger: Sequence[Mapping[str, Any]]
-) -> dict[str, Any]:
+def job_event(transition: str, at: float, doc: Mapping[str, Any]) -> dict[str, Any]:
     """The retained message on ``.../_fleet/<name>/jobs/<cluster>/<job>``: the job's
-    latest job incident (paged or covered) and its ledger entry."""
+    latest job incident (paged or covered) and its ledger entry (``doc["ledger"]``)."""
     return {
         "schema": JOB_EVENT_SCHEMA,
         "type": f"job_incident.{transition}",
@@ -771,13 +807,8 @@ def job_event(
         "cluster": doc.get("cluster"),
         "job": doc.get("job"),
         "incident": dict(doc),
-        "ledger": dict(ledger[0]) if ledger else None,
+        "ledger": doc.get("ledger"),
     }
-
-
-def summarize_counts(counts: Mapping[tuple[str, str], int]) -> dict[str, int]:
-    """``{"incident/accepted": 3, ...}`` for logs and benchmarks."""
-    return {f"{t}/{o}": n for (t, o), n in sorted(counts.items())}
 
 
 def listen_address(text: str) -> tuple[str, int]:
