@@ -36,7 +36,7 @@ def test_reports_cover_the_job_time_and_round_trip() -> None:
     assert sum(r.gpu_seconds()["slurm:1"] for r in rs) == pytest.approx(300.0)
     first = rs[0]
     assert first.jobs == (("slurm:1", ("0", "1")),) and len(first.points) == 60
-    assert first.points[0] == (T0, pytest.approx(0.55))
+    assert first.points[0][0] == T0 and first.points[0][1] == pytest.approx(0.55)
     assert first.bus_bw == (("0", 1.0e9),) and first.missing == (("gpu-3", "1", "9"),)
     assert parse(first.body(), source="t") == first
 
