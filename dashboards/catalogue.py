@@ -171,8 +171,8 @@ def declared_specs(state_dir: Path | None = None) -> dict[str, Sequence[MetricSp
 
     out["state"] = STATE_METRICS
     # The fleet aggregator's own families: its job panels query them.
+    from fabricwatch.fleet.api import FLEET_METRICS
     from fabricwatch.fleet.ledger import LEDGER_METRICS
-    from fabricwatch.fleet.service import FLEET_METRICS
 
     out[FLEET] = (*FLEET_METRICS, *LEDGER_METRICS)
     return out
