@@ -450,7 +450,7 @@ async def scenario(args: argparse.Namespace, work: Path, broker: int) -> None:
     recorded = db.incidents(limit=100_000)
     db.close()
     pages = [
-        Page(clock.at_monotonic(at), ev["type"].removeprefix("incident."), ev["data"])
+        Page(clock.at_monotonic(at), ev["type"].rpartition(".")[2], ev["data"])
         for at, ev in rec.got
     ]
     scores = score(truths, pages, recorded)

@@ -44,16 +44,17 @@ def _docs(args: argparse.Namespace, since: float | None) -> list[dict[str, Any]]
     state = None if args.state == "all" else args.state
     if args.fleet:
         path = Path(args.state_dir) / "fleet" / FLEET_DB
-        if not path.exists():
-            return []
+        if not path.is_file():
+            # As plain ``incidents`` does: a wrong --state-dir must not look like "no jobs".
+            raise StoreError(f"no database at {path} (is --state-dir the aggregator's?)")
         fdb = FleetDB(path)
         try:
             return fdb.incidents(since=since, state=state, limit=args.limit or 1_000_000)
         finally:
             fdb.close()
     path = Path(args.state_dir) / DB_FILENAME
-    if not path.exists():
-        return []
+    if not path.is_file():
+        raise StoreError(f"no database at {path} (is --state-dir the daemon's?)")
     db = IncidentDB(path)
     try:
         return list(db.incidents(since=since, node=args.node, state=state, limit=args.limit))

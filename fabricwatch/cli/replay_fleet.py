@@ -25,6 +25,7 @@ from fabricwatch.cli.replay import _open_text, _settings
 from fabricwatch.config import read_section
 from fabricwatch.engine.replay_mapping import ReplayError
 from fabricwatch.errors import ConfigError, ExitCode, ParseError, StoreError
+from fabricwatch.fleet.jobwork import reports_by_node
 from fabricwatch.fleet.ledger import ledger_lines, ledger_of
 from fabricwatch.fleet.replay import (
     DEFAULT_NODE_LABEL,
@@ -36,6 +37,7 @@ from fabricwatch.fleet.replay import (
     samples_from_streams,
 )
 from fabricwatch.fleet.settings import FleetSettings
+from fabricwatch.outputs.mqtt import topic_segment
 from fabricwatch.settings import build, parse_duration
 
 
@@ -68,6 +70,9 @@ def _fleet_settings(path: Path | None) -> FleetSettings:
 
 def run(args: argparse.Namespace) -> int:
     """Fleet replay; 0 on success, 2 on bad usage or config, 1 on unusable input."""
+    if args.jobs is not None and args.jobs < 1:
+        err(f"--jobs must be 1 or more, got {args.jobs}")
+        return ExitCode.USAGE
     try:
         engine = _settings(args.config)
         fleet = _fleet_settings(args.config)
@@ -104,7 +109,9 @@ def run(args: argparse.Namespace) -> int:
         if not by_node:
             err(f"no usable samples for any node (node label {args.node_label!r})")
             return ExitCode.FAILURE
-        result = replay_nodes(by_node, engine, fleet, cluster=args.cluster, job=args.job)
+        result = replay_nodes(
+            by_node, engine, fleet, cluster=args.cluster, job=args.job, jobs=args.jobs
+        )
     except (ConfigError, ValueError) as exc:
         err(str(exc))
         return ExitCode.USAGE
@@ -122,6 +129,9 @@ def run(args: argparse.Namespace) -> int:
         print_json(out, sys.stdout)
     else:
         lines = list(job_lines(result.fleet)) or ["no cluster incidents"]
-        lines += ["", *ledger_lines(ledger_of(result.fleet.incidents).entries())]
+        seg = topic_segment(args.cluster)
+        reports = [(seg, r) for rs in reports_by_node(by_node, 60.0).values() for r in rs]
+        ledger = ledger_of(result.fleet.incidents, reports=reports)
+        lines += ["", *ledger_lines(ledger.entries())]
         sys.stdout.write("\n".join(lines) + "\n")
     return ExitCode.OK
