@@ -14,8 +14,9 @@ from dataclasses import dataclass, field, replace
 
 from fabricwatch.engine import signals as sig
 from fabricwatch.engine.attribution import Attribution, attribute
+from fabricwatch.engine.causes import Cause
 from fabricwatch.engine.db import IncidentDB
-from fabricwatch.engine.evidence import CAUSES, ScoreContext, collect, missing_groups
+from fabricwatch.engine.evidence import ScoreContext, collect, missing_groups
 from fabricwatch.engine.incidents import (
     Incident,
     IncidentTransition,
@@ -53,6 +54,19 @@ STALL_COST = MetricSpec(
     MetricKind.COUNTER,
     "Money lost to incidents (GPU-seconds x cost_per_gpu_hour / 3600), by cause.",
     ("cause",),
+)
+
+# The order metric series are written in (the causes as they were listed
+# before the enumeration, so the exposition stays byte for byte the same).
+_CAUSES = (
+    Cause.PFC_STORM,
+    Cause.ECN_CONGESTION,
+    Cause.LINK_DOWN,
+    Cause.NVLINK_DEGRADED,
+    Cause.GPU_FAULT,
+    Cause.CHECKPOINT_WRITE,
+    Cause.STORAGE_LATENCY,
+    Cause.UNKNOWN,
 )
 
 
@@ -122,8 +136,8 @@ class Engine:
         self._clear: dict[str, float] = {}  # last tick without a node stall / slowdown, by kind
         self._idle_at_clear: list[tuple[str, float]] = []  # (GPU, idle since) seen idle then
         self._offset = 0.0
-        self._opened: dict[str, float] = dict.fromkeys(CAUSES, 0.0)
-        self._gpu_seconds: dict[str, float] = dict.fromkeys(CAUSES, 0.0)
+        self._opened: dict[str, float] = dict.fromkeys(_CAUSES, 0.0)
+        self._gpu_seconds: dict[str, float] = dict.fromkeys(_CAUSES, 0.0)
         self._restored = False
         # Keys of incidents restored from the database and not yet continued
         # or resolved: see :meth:`_continue_restored`.
@@ -210,10 +224,10 @@ class Engine:
         # lingering at 1 until the store drops it as stale.
         for gpu, st in sorted(self.detector.gpus.items()):
             active = cause if cause is not None and st.stalled else None
-            for c in CAUSES:
+            for c in _CAUSES:
                 out.append(Reading(GPU_STALLED.name, (gpu, c), 1.0 if c == active else 0.0))
         price = self.settings.cost_per_gpu_hour
-        for c in CAUSES:
+        for c in _CAUSES:
             out.append(Reading(INCIDENTS_OPENED.name, (c,), self._opened[c]))
             out.append(Reading(STALL_GPU_SECONDS.name, (c,), self._gpu_seconds[c]))
             if price > 0:
@@ -530,7 +544,7 @@ class Engine:
                         self._open_if_preceded(ep, bad, now=now, out=out)
                     return ep
                 attr, missing = self._score(ep, now)
-                strong = attr.cause != "unknown" and attr.score >= s.strong_evidence
+                strong = attr.cause is not Cause.UNKNOWN and attr.score >= s.strong_evidence
                 run = latest - ep.run_onset
                 if run >= s.min_duration or strong:
                     self._open(ep, attr, missing, bad, now=now, out=out)
@@ -539,7 +553,7 @@ class Engine:
                 # phases, data loading): only attributed ones open.
                 attr, missing = self._score(ep, now)
                 ep.next_score = now + s.rescore_every
-                if attr.cause != "unknown":
+                if attr.cause is not Cause.UNKNOWN:
                     self._open(ep, attr, missing, bad, now=now, out=out)
             return ep
         live = ep.live
@@ -558,7 +572,7 @@ class Engine:
             # through it (a burst that coincided with the first idle polls)
             # no longer explains the stall: the verdict may fall to unknown.
             settled = now - ep.onset >= max(5.0, 2.0 * self.spacing, 3.0 * s.tick)
-            if (attr.cause != "unknown" or (settled and ep.kind == "stall")) and (
+            if (attr.cause is not Cause.UNKNOWN or (settled and ep.kind == "stall")) and (
                 attr.cause != inc.cause
                 or attr.culprit.key != inc.culprit.key
                 or abs(attr.confidence - inc.confidence) >= 0.1
@@ -597,7 +611,7 @@ class Engine:
         # Before the onset one sample suffices: the verdict at ``now`` must
         # hold on two (that sample and the stalled one at least).
         pre, _ = self._score(ep, ep.onset - 1e-3, min_samples=1)
-        if pre.cause == "unknown" or pre.score < s.strong_evidence:
+        if pre.cause is Cause.UNKNOWN or pre.score < s.strong_evidence:
             return
         attr, missing = self._score(ep, now)
         if attr.cause == pre.cause and attr.score >= s.strong_evidence:

@@ -15,21 +15,10 @@ from dataclasses import dataclass, replace
 from itertools import pairwise
 
 from fabricwatch.engine import signals as sig
+from fabricwatch.engine.causes import Cause
 from fabricwatch.engine.settings import EngineSettings
 from fabricwatch.engine.signals import Window, mad, median, sustained, window
 from fabricwatch.store import Series, SnapshotStore
-
-CAUSES = (
-    "pfc_storm",
-    "ecn_congestion",
-    "link_down",
-    "nvlink_degraded",
-    "gpu_fault",
-    "checkpoint_write",
-    "storage_latency",
-    "unknown",
-)
-"""Every cause an incident can have."""
 
 # XIDs that mean the GPU itself failed (NVIDIA XID catalogue): double-bit ECC,
 # fallen off the bus, row-remap failure, contained/uncontained ECC, GSP errors.
@@ -60,7 +49,7 @@ NO_CULPRIT = Culprit("", "none")
 class Evidence:
     """One scored observation."""
 
-    cause: str
+    cause: Cause
     family: str
     culprit: Culprit
     score: float
@@ -294,13 +283,15 @@ def score_pfc(ctx: ScoreContext) -> list[Evidence]:
                 text = (
                     f"PFC pause storm on {where}: paused {peak:.0%} of the time ({_times(peak, b)})"
                 )
-                out.append(Evidence("pfc_storm", s.spec.name, culprit, score, peak, b, text))
+                out.append(Evidence(Cause.PFC_STORM, s.spec.name, culprit, score, peak, b, text))
             elif peak >= 0.5 * st.pfc_storm_ratio and peak >= 3 * b:
                 text = f"heavy PFC pausing on {where}: {peak:.0%} of the time ({_times(peak, b)})"
-                out.append(Evidence("pfc_storm", s.spec.name, culprit, 0.6, peak, b, text))
+                out.append(Evidence(Cause.PFC_STORM, s.spec.name, culprit, 0.6, peak, b, text))
             elif peak >= 0.1 and peak >= 3 * b + 0.05:
                 text = f"PFC pausing rose on {where}: {peak:.0%} of the time ({_times(peak, b)})"
-                out.append(Evidence("ecn_congestion", s.spec.name, culprit, 0.45, peak, b, text))
+                out.append(
+                    Evidence(Cause.ECN_CONGESTION, s.spec.name, culprit, 0.45, peak, b, text)
+                )
     return out
 
 
@@ -353,7 +344,9 @@ def score_congestion(ctx: ScoreContext) -> list[Evidence]:
                 score += 0.06 * min(1.0, math.log10(max(standout, 1.0)))
             culprit = _switch_culprit(s, False) if fam == sig.SW_ECN else _nic_culprit(s, False)
             text = f"{what} on {_where(culprit)}: {peak:,.0f}/s ({_times(peak, b)})"
-            hits.append((standout, Evidence("ecn_congestion", fam, culprit, score, peak, b, text)))
+            hits.append(
+                (standout, Evidence(Cause.ECN_CONGESTION, fam, culprit, score, peak, b, text))
+            )
         hits.sort(key=lambda h: -h[0])
         if len(hits) >= 2 and fam != sig.NIC_CNP_HANDLED and hits[0][0] < 1.5 * hits[1][0]:
             top, second = hits[0][1], hits[1][1]
@@ -369,7 +362,7 @@ def score_congestion(ctx: ScoreContext) -> list[Evidence]:
             text = (
                 f"{_where(culprit)} waited to transmit {peak:.0%} of the time ({_times(peak, b)})"
             )
-            out.append(Evidence("ecn_congestion", s.spec.name, culprit, 0.7, peak, b, text))
+            out.append(Evidence(Cause.ECN_CONGESTION, s.spec.name, culprit, 0.7, peak, b, text))
     return out
 
 
@@ -388,14 +381,14 @@ def score_links(ctx: ScoreContext) -> list[Evidence]:
                     _nic_culprit(s, False) if fam == sig.NIC_LINK_UP else _switch_culprit(s, False)
                 )
                 text = f"link down on {_where(culprit)}"
-                out.append(Evidence("link_down", fam, culprit, 0.95, low, b, text))
+                out.append(Evidence(Cause.LINK_DOWN, fam, culprit, 0.95, low, b, text))
     for s in ctx.store.family(sig.NIC_LINK_DOWNED):
         on, _ = ctx.windows(s)
         events = _new_events(s, ctx, on)
         if events > 0:
             culprit = _nic_culprit(s, False)
             text = f"{max(1, round(events))} link-down event(s) on {_where(culprit)}"
-            out.append(Evidence("link_down", s.spec.name, culprit, 0.9, events, 0.0, text))
+            out.append(Evidence(Cause.LINK_DOWN, s.spec.name, culprit, 0.9, events, 0.0, text))
     return out
 
 
@@ -425,7 +418,7 @@ def score_nvlink(ctx: ScoreContext) -> list[Evidence]:
             culprit = _nvlink_culprit(s)
             out.append(
                 Evidence(
-                    "nvlink_degraded",
+                    Cause.NVLINK_DEGRADED,
                     s.spec.name,
                     culprit,
                     0.95,
@@ -443,7 +436,7 @@ def score_nvlink(ctx: ScoreContext) -> list[Evidence]:
             text = (
                 f"NVLink {kind} error burst on {_where(culprit)}: {peak:,.0f}/s ({_times(peak, b)})"
             )
-            out.append(Evidence("nvlink_degraded", s.spec.name, culprit, 0.85, peak, b, text))
+            out.append(Evidence(Cause.NVLINK_DEGRADED, s.spec.name, culprit, 0.85, peak, b, text))
     return out
 
 
@@ -576,7 +569,7 @@ def score_nvlink_throughput(ctx: ScoreContext) -> list[Evidence]:
             f"({level / 1e9:,.1f} of {b / 1e9:,.1f} GB/s) before the stall while other GPUs' "
             f"links kept their traffic"
         )
-        out.append(Evidence("nvlink_degraded", fam, culprit, score, level, b, text))
+        out.append(Evidence(Cause.NVLINK_DEGRADED, fam, culprit, score, level, b, text))
     return out
 
 
@@ -600,7 +593,7 @@ def score_gpu(ctx: ScoreContext, job_gpus: Sequence[str]) -> list[Evidence]:
         if xid in NVLINK_XIDS:
             out.append(
                 Evidence(
-                    "nvlink_degraded",
+                    Cause.NVLINK_DEGRADED,
                     s.spec.name,
                     culprit,
                     0.9,
@@ -612,7 +605,7 @@ def score_gpu(ctx: ScoreContext, job_gpus: Sequence[str]) -> list[Evidence]:
         elif xid in HARDWARE_XIDS:
             out.append(
                 Evidence(
-                    "gpu_fault",
+                    Cause.GPU_FAULT,
                     s.spec.name,
                     culprit,
                     0.9,
@@ -625,7 +618,7 @@ def score_gpu(ctx: ScoreContext, job_gpus: Sequence[str]) -> list[Evidence]:
             # Application XIDs (13, 31, 43, 45...) usually follow a crash; weak.
             out.append(
                 Evidence(
-                    "gpu_fault",
+                    Cause.GPU_FAULT,
                     s.spec.name,
                     culprit,
                     0.4,
@@ -646,7 +639,7 @@ def score_gpu(ctx: ScoreContext, job_gpus: Sequence[str]) -> list[Evidence]:
             gpu = s.labels[0]
             out.append(
                 Evidence(
-                    "gpu_fault",
+                    Cause.GPU_FAULT,
                     s.spec.name,
                     Culprit(f"gpu:{gpu}", "gpu", (("gpu", gpu),)),
                     0.95,
@@ -675,7 +668,7 @@ def score_gpu(ctx: ScoreContext, job_gpus: Sequence[str]) -> list[Evidence]:
         for gpu in vanished:
             out.append(
                 Evidence(
-                    "gpu_fault",
+                    Cause.GPU_FAULT,
                     sig.GPU_POWER,
                     Culprit(f"gpu:{gpu}", "gpu", (("gpu", gpu),)),
                     0.7,
@@ -719,7 +712,7 @@ def score_storage(ctx: ScoreContext) -> list[Evidence]:
                 score = 0.85 + 0.1 * min(1.0, math.log10(ratio / st.storage_latency_ratio))
                 culprit = path_culprit(s)
                 text = f"{what} on {_where(culprit)}: {peak * 1000:,.2f} ms ({_times(peak, b)})"
-                out.append(Evidence("storage_latency", fam, culprit, score, peak, b, text))
+                out.append(Evidence(Cause.STORAGE_LATENCY, fam, culprit, score, peak, b, text))
     for s in ctx.store.family(sig.ST_PROBE_FAIL):
         on, _ = ctx.windows(s)
         events = _new_events(s, ctx, on)
@@ -728,7 +721,7 @@ def score_storage(ctx: ScoreContext) -> list[Evidence]:
             reason = s.labels[1] if len(s.labels) > 1 else "other"
             out.append(
                 Evidence(
-                    "storage_latency",
+                    Cause.STORAGE_LATENCY,
                     s.spec.name,
                     culprit,
                     0.9,
@@ -743,14 +736,14 @@ def score_storage(ctx: ScoreContext) -> list[Evidence]:
             score = 0.85 + 0.1 * min(1.0, math.log10(max(ratio / st.burst_factor, 1.0)) / 2.0)
             culprit = path_culprit(s)
             text = f"write burst on {_where(culprit)}: {peak / 1e6:,.0f} MB/s ({_times(peak, b)})"
-            out.append(Evidence("checkpoint_write", s.spec.name, culprit, score, peak, b, text))
+            out.append(Evidence(Cause.CHECKPOINT_WRITE, s.spec.name, culprit, score, peak, b, text))
     for s in ctx.store.family(sig.ST_WRITE_BURST):
         on, _ = ctx.windows(s)
         if on and ctx.level(on.values, lasting=False) >= 0.5:
             culprit = path_culprit(s)
             out.append(
                 Evidence(
-                    "checkpoint_write",
+                    Cause.CHECKPOINT_WRITE,
                     s.spec.name,
                     culprit,
                     0.8,

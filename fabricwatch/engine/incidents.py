@@ -14,20 +14,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+from fabricwatch.engine.causes import Cause, cause_text
 from fabricwatch.engine.evidence import Culprit, Evidence
 
 SCHEMA = "fabricwatch.incident/v1"
 TransitionKind = Literal["opened", "updated", "resolved"]
-CAUSE_TEXT = {
-    "pfc_storm": "PFC pause storm",
-    "ecn_congestion": "ECN congestion",
-    "link_down": "link down",
-    "nvlink_degraded": "NVLink degraded",
-    "gpu_fault": "GPU fault",
-    "checkpoint_write": "checkpoint write stall",
-    "storage_latency": "slow storage",
-    "unknown": "unknown",
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,11 +97,9 @@ def summarize(
     g = list(gpus)
     what = "GPU" if len(g) == 1 else "GPUs"
     state = "idle" if kind == "stall" else "slowed down"
-    text = (
-        f"{what} {gpu_list(g)} {state} for {seconds:.0f} s; cause: {CAUSE_TEXT.get(cause, cause)}"
-    )
+    text = f"{what} {gpu_list(g)} {state} for {seconds:.0f} s; cause: {cause_text(cause)}"
     top = next((e for e in evidence if e.cause == cause), None)
-    if cause != "unknown" and top is not None:
+    if cause != Cause.UNKNOWN and top is not None:
         text += f" ({top.text})"
     elif evidence:
         text += f" (strongest signal, too weak to attribute: {evidence[0].text})"

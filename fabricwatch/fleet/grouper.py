@@ -25,7 +25,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from fabricwatch.engine.incidents import CAUSE_TEXT, TransitionKind, gpu_list
+from fabricwatch.engine.causes import cause_text
+from fabricwatch.engine.incidents import TransitionKind, gpu_list
 from fabricwatch.fleet.jobs import (
     INFRA_KINDS,
     Candidate,
@@ -534,7 +535,7 @@ class Grouper:
         n_gpus = _gpu_count(g)
         verb = "stalled" if kind == "stall" else "slowed down"
         summary = (
-            f"{where}: {CAUSE_TEXT.get(cause, cause)} {verb} {len(node_names)} "
+            f"{where}: {cause_text(cause)} {verb} {len(node_names)} "
             f"node{'s' if len(node_names) != 1 else ''} / {n_gpus} GPU{'s' if n_gpus != 1 else ''}"
         )
         if offline:
