@@ -115,6 +115,9 @@ class Engine:
         store_reader: the snapshot store the pipeline fills.
         node: this node's name (in incidents and keys).
         db: where transitions are persisted before ``tick`` returns them.
+        tick: seconds between :meth:`tick` calls (the daemon's ``daemon.tick``;
+            replay steps at its own): the spacing it can see at best, and the
+            time one tick accounts for.
     """
 
     def __init__(
@@ -123,12 +126,15 @@ class Engine:
         store_reader: SnapshotStore,
         node: str,
         db: IncidentDB | None = None,
+        *,
+        tick: float = 1.0,
     ) -> None:
         self.settings = settings
+        self.tick_s = tick
         self.store = store_reader
         self.node = node
         self.db = db
-        self.detector = StallDetector(settings)
+        self.detector = StallDetector(settings, tick)
         self._live: dict[str, _Live] = {}
         self._stall: _Episode | None = None
         self._slow: _Episode | None = None
@@ -143,7 +149,7 @@ class Engine:
         # or resolved: see :meth:`_continue_restored`.
         self._restoring: set[str] = set()
         # Observed sample spacing and the settings scaled to it.
-        self.spacing = settings.tick
+        self.spacing = tick
         self._eff = settings
         self._scaled: dict[float, EngineSettings] = {}
         self._ticks = 0
@@ -163,7 +169,8 @@ class Engine:
         s = self.settings
         now = now_monotonic
         self._offset = now_wall - now_monotonic
-        dt = s.tick if self._last_tick is None else min(max(now - self._last_tick, 0.0), 5 * s.tick)
+        tick = self.tick_s
+        dt = tick if self._last_tick is None else min(max(now - self._last_tick, 0.0), 5 * tick)
         self._last_tick = now
         out: list[IncidentTransition] = []
         if not self._restored:
@@ -321,7 +328,7 @@ class Engine:
         result holds between checks.
         """
         s = self._eff
-        if now - self._comm_checked < max(s.tick, self.spacing):
+        if now - self._comm_checked < max(self.tick_s, self.spacing):
             return self._comm_gpus
         self._comm_checked = now
         if now - self._rhythm_at >= 60.0:
@@ -392,11 +399,11 @@ class Engine:
         if math.isnan(sp):
             return
         # Quantized, so jitter does not make every tick's settings differ.
-        sp = max(self.settings.tick, round(sp * 4) / 4)
+        sp = max(self.tick_s, round(sp * 4) / 4)
         self.spacing = sp
         eff = self._scaled.get(sp)
         if eff is None:
-            eff = self._scaled[sp] = self.settings.at_spacing(sp)
+            eff = self._scaled[sp] = self.settings.at_spacing(sp, self.tick_s)
         self._eff = eff
         self.detector.retune(eff, sp)
 
@@ -474,11 +481,12 @@ class Engine:
             reach=self._comm_window() if ep.kind == "slowdown" else 0.0,
             slowdown=ep.kind == "slowdown",
             peers=ep.peers,
+            tick=self.tick_s,
         )
         job = [g.gpu for g in self.detector.job_gpus()]
         evidence = collect(ctx, job)
         missing = missing_groups(self.store, now, s.sample_max_age)
-        late_after = ep.onset + max(s.tick, 0.5 * self.spacing)
+        late_after = ep.onset + max(self.tick_s, 0.5 * self.spacing)
         attr = attribute(evidence, missing, min_evidence=s.min_evidence, late_after=late_after)
         return attr, tuple(missing)
 
@@ -499,7 +507,7 @@ class Engine:
                 self._idle_at_clear = [
                     (g.gpu, g.idle_since)
                     for g in self.detector.gpus.values()
-                    if g.idle and now - g.last_sample <= max(s.tick, self.spacing)
+                    if g.idle and now - g.last_sample <= max(self.tick_s, self.spacing)
                 ]
             if ep is not None and now - ep.last_bad >= s.end_after:
                 if ep.live is not None:
@@ -538,7 +546,7 @@ class Engine:
             if kind == "stall":
                 if duration < s.min_duration_with_evidence:
                     # Evidence before the onset is credited as one poll.
-                    credit = max(s.tick, self.spacing)
+                    credit = max(self.tick_s, self.spacing)
                     if not ep.pre_checked and duration + credit >= s.min_duration_with_evidence:
                         ep.pre_checked = True
                         self._open_if_preceded(ep, bad, now=now, out=out)
@@ -571,7 +579,7 @@ class Engine:
             # Once the onset window is complete, evidence that did not last
             # through it (a burst that coincided with the first idle polls)
             # no longer explains the stall: the verdict may fall to unknown.
-            settled = now - ep.onset >= max(5.0, 2.0 * self.spacing, 3.0 * s.tick)
+            settled = now - ep.onset >= max(5.0, 2.0 * self.spacing, 3.0 * self.tick_s)
             if (attr.cause is not Cause.UNKNOWN or (settled and ep.kind == "stall")) and (
                 attr.cause != inc.cause
                 or attr.culprit.key != inc.culprit.key
@@ -627,7 +635,7 @@ class Engine:
         hold = self._eff.end_after
         # Samples slower than the tick are interval averages: a stall that
         # began inside the last one before the clear tick began before it.
-        slack = self.spacing if self.spacing > 2 * self.settings.tick else 0.0
+        slack = self.spacing if self.spacing > 2 * self.tick_s else 0.0
         trusted = [
             g.idle_since
             for g in bad

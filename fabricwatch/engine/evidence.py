@@ -69,6 +69,7 @@ class ScoreContext:
 
     Attributes:
         spacing: the observed sample spacing (seconds) the windows scale with.
+        tick: seconds between engine ticks (the daemon's tick).
         scope: the stalled GPUs; GPU-side evidence (XIDs, NVLink) counts only
             on them (empty: every GPU, as for a single job).
     """
@@ -83,6 +84,7 @@ class ScoreContext:
     reach: float = 0.0  # > 0: the onset window reaches this far past the onset
     slowdown: bool = False
     peers: Mapping[str, frozenset[str]] | None = None
+    tick: float = 1.0
 
     def same_job(self, a: str, b: str) -> bool:
         """Whether GPUs ``a`` and ``b`` are job-mates (unknown: yes)."""
@@ -111,7 +113,7 @@ class ScoreContext:
     def on_end(self) -> float:
         """End of the onset window: what was present at the onset, not what came
         later (a second fault while the GPUs already wait is no cause)."""
-        reach = max(3.0 * self.settings.tick, 2.0 * self.spacing, 5.0, self.reach)
+        reach = max(3.0 * self.tick, 2.0 * self.spacing, 5.0, self.reach)
         return min(self.now, self.onset + reach)
 
     def windows(self, s: Series) -> tuple[Window, Window]:
@@ -125,7 +127,7 @@ class ScoreContext:
             base = window(s, self.onset - st.baseline_window, self.onset - lead - 0.001)
             return on, base
         end = self.on_end()
-        sample_s = max(st.tick, self.spacing)
+        sample_s = max(self.tick, self.spacing)
         on = window(s, self.onset - lead, min(self.now, self.onset + 10.0 * sample_s))
         # Up to the window's end, and on to the second sample at or after the
         # onset where a collector gap left fewer: whether evidence lasted is
@@ -499,7 +501,7 @@ def score_nvlink_throughput(ctx: ScoreContext) -> list[Evidence]:
     """
     st = ctx.settings
     # The last polls before the onset: earlier ones may predate the fault.
-    sample_s = max(st.tick, ctx.spacing)
+    sample_s = max(ctx.tick, ctx.spacing)
     lo = ctx.onset - min(st.onset_lead, 2.5 * sample_s)
     hi = min(ctx.now, ctx.onset - 1e-3)
     if hi < lo:
