@@ -186,7 +186,7 @@ class Engine:
         if len(stalled) < max(1, math.ceil(s.stall_gpus_ratio * len(job))):
             stalled = []
         was_stalled = self._stall is not None
-        self._stall = self._step(self._stall, "stall", stalled, now=now, dt=dt, out=out)
+        self._stall = self._step_stall(self._stall, stalled, now=now, dt=dt, out=out)
         if was_stalled and self._stall is None:
             self._stall_end = now
         # A job recovering from a stall (its first samples partly idle, its
@@ -200,11 +200,11 @@ class Engine:
             slow = [g for g in job if g.slow]
             if len(slow) < need:
                 slow = self._comm_slow(job, now)
-            self._slow = self._step(
-                self._slow, "slowdown", slow if len(slow) >= need else [], now=now, dt=dt, out=out
+            self._slow = self._step_slowdown(
+                self._slow, slow if len(slow) >= need else [], now=now, dt=dt, out=out
             )
         elif self._slow is not None:
-            self._slow = self._step(self._slow, "slowdown", [], now=now, dt=dt, out=out)
+            self._slow = self._step_slowdown(self._slow, [], now=now, dt=dt, out=out)
         self._resolve(now, out)
         if out and self.db is not None:
             self.db.record(out)
@@ -490,81 +490,136 @@ class Engine:
         attr = attribute(evidence, missing, min_evidence=s.min_evidence, late_after=late_after)
         return attr, tuple(missing)
 
-    def _step(
+    def _step_stall(
         self,
         ep: _Episode | None,
-        kind: str,
         bad: list[GpuState],
         *,
         now: float,
         dt: float,
         out: list[IncidentTransition],
     ) -> _Episode | None:
+        """One tick of the stall path: start, extend, open or end the episode."""
         s = self._eff
         if not bad:
-            self._clear[kind] = now
-            if kind == "stall":
-                self._idle_at_clear = [
-                    (g.gpu, g.idle_since)
-                    for g in self.detector.gpus.values()
-                    if g.idle and now - g.last_sample <= max(self.tick_s, self.spacing)
-                ]
-            if ep is not None and now - ep.last_bad >= s.end_after:
-                if ep.live is not None:
-                    ep.live.ended = ep.last_bad
-                    inc = ep.live.incident
-                    ep.live.incident = replace(inc, ended_at=self._wall(ep.last_bad))
-                return None
-            if ep is not None and ep.broken_at is None:
-                ep.broken_at = now
-            return ep
+            self._idle_at_clear = [
+                (g.gpu, g.idle_since)
+                for g in self.detector.gpus.values()
+                if g.idle and now - g.last_sample <= max(self.tick_s, self.spacing)
+            ]
+            return self._quiet(ep, "stall", now)
         if ep is None:
-            stall = kind == "stall"
-            onset = (
-                self._stall_onset(bad)
-                if stall
-                else min(g.slow_since if g.slow else self._comm_since for g in bad)
-            )
-            ep = _Episode(kind, onset, now, run_onset=onset)
+            onset = self._stall_onset(bad)
+            ep = _Episode("stall", onset, now, run_onset=onset)
         elif ep.broken_at is not None:
-            since = min(g.idle_since if kind == "stall" else g.slow_since for g in bad)
-            ep.run_onset = max(since, ep.broken_at)
-            ep.broken_at = None
+            self._rejoin(ep, min(g.idle_since for g in bad))
+        lost = dt * len(bad)
+        grew, latest = self._extend(ep, bad, now, lost)
+        if ep.live is not None:
+            self._continue(ep, ep.live, lost, grew, now=now, out=out, may_fall_to_unknown=True)
+            return ep
+        # Measured on samples, not ticks: a GPU whose next samples are
+        # missing must not look idle for longer than it was seen idle.
+        duration = latest - ep.onset
+        if duration < s.min_duration_with_evidence:
+            # Evidence before the onset is credited as one poll.
+            credit = max(self.tick_s, self.spacing)
+            if not ep.pre_checked and duration + credit >= s.min_duration_with_evidence:
+                ep.pre_checked = True
+                self._open_if_preceded(ep, bad, now=now, out=out)
+            return ep
+        attr, missing = self._score(ep, now)
+        strong = attr.cause is not Cause.UNKNOWN and attr.score >= s.strong_evidence
+        if latest - ep.run_onset >= s.min_duration or strong:
+            self._open(ep, attr, missing, bad, now=now, out=out)
+        return ep
+
+    def _step_slowdown(
+        self,
+        ep: _Episode | None,
+        bad: list[GpuState],
+        *,
+        now: float,
+        dt: float,
+        out: list[IncidentTransition],
+    ) -> _Episode | None:
+        """One tick of the slowdown path. Slowdowns without evidence are not
+        incidents (evaluation phases, data loading): only attributed ones open."""
+        s = self._eff
+        if not bad:
+            return self._quiet(ep, "slowdown", now)
+        if ep is None:
+            onset = min(g.slow_since if g.slow else self._comm_since for g in bad)
+            ep = _Episode("slowdown", onset, now, run_onset=onset)
+        elif ep.broken_at is not None:
+            self._rejoin(ep, min(g.slow_since for g in bad))
+        lost = dt * sum(g.lost_work() for g in bad)
+        grew, latest = self._extend(ep, bad, now, lost)
+        if ep.live is not None:
+            self._continue(ep, ep.live, lost, grew, now=now, out=out, may_fall_to_unknown=False)
+        elif latest - ep.onset >= s.min_duration and now >= ep.next_score:
+            attr, missing = self._score(ep, now)
+            ep.next_score = now + s.rescore_every
+            if attr.cause is not Cause.UNKNOWN:
+                self._open(ep, attr, missing, bad, now=now, out=out)
+        return ep
+
+    def _quiet(self, ep: _Episode | None, kind: str, now: float) -> _Episode | None:
+        """A tick without bad GPUs: the run breaks, and the episode ends once
+        its GPUs worked for ``end_after``."""
+        self._clear[kind] = now
+        if ep is None:
+            return None
+        if now - ep.last_bad >= self._eff.end_after:
+            if ep.live is not None:
+                ep.live.ended = ep.last_bad
+                inc = ep.live.incident
+                ep.live.incident = replace(inc, ended_at=self._wall(ep.last_bad))
+            return None
+        if ep.broken_at is None:
+            ep.broken_at = now
+        return ep
+
+    @staticmethod
+    def _rejoin(ep: _Episode, since: float) -> None:
+        """Bad GPUs again after a break: a new unbroken run starts."""
+        ep.run_onset = max(since, ep.broken_at if ep.broken_at is not None else since)
+        ep.broken_at = None
+
+    def _extend(
+        self, ep: _Episode, bad: list[GpuState], now: float, lost: float
+    ) -> tuple[bool, float]:
+        """Add this tick's bad GPUs to the episode; (whether the GPU set grew,
+        the newest sample of the bad GPUs)."""
         latest = max(g.last_sample for g in bad)
-        if latest - ep.seen > s.sample_max_age and ep.seen > -math.inf:
+        if latest - ep.seen > self._eff.sample_max_age and ep.seen > -math.inf:
             ep.run_onset = max(ep.run_onset, latest)
         ep.seen = max(ep.seen, latest)
         grew = not {g.gpu for g in bad} <= ep.gpus
         ep.gpus.update(g.gpu for g in bad)
         ep.last_bad = now
-        lost = dt * (len(bad) if kind == "stall" else sum(g.lost_work() for g in bad))
         ep.gpu_seconds += lost
-        # Measured on samples, not ticks: a GPU whose next samples are
-        # missing must not look idle for longer than it was seen idle.
-        duration = max(g.last_sample for g in bad) - ep.onset
-        if ep.live is None:
-            if kind == "stall":
-                if duration < s.min_duration_with_evidence:
-                    # Evidence before the onset is credited as one poll.
-                    credit = max(self.tick_s, self.spacing)
-                    if not ep.pre_checked and duration + credit >= s.min_duration_with_evidence:
-                        ep.pre_checked = True
-                        self._open_if_preceded(ep, bad, now=now, out=out)
-                    return ep
-                attr, missing = self._score(ep, now)
-                strong = attr.cause is not Cause.UNKNOWN and attr.score >= s.strong_evidence
-                run = latest - ep.run_onset
-                if run >= s.min_duration or strong:
-                    self._open(ep, attr, missing, bad, now=now, out=out)
-            elif duration >= s.min_duration and now >= ep.next_score:
-                # Slowdowns without evidence are not incidents (evaluation
-                # phases, data loading): only attributed ones open.
-                attr, missing = self._score(ep, now)
-                ep.next_score = now + s.rescore_every
-                if attr.cause is not Cause.UNKNOWN:
-                    self._open(ep, attr, missing, bad, now=now, out=out)
-            return ep
-        live = ep.live
+        return grew, latest
+
+    def _continue(
+        self,
+        ep: _Episode,
+        live: _Live,
+        lost: float,
+        grew: bool,
+        *,
+        now: float,
+        out: list[IncidentTransition],
+        may_fall_to_unknown: bool,
+    ) -> None:
+        """Account an open incident's tick and re-score it every ``rescore_every``.
+
+        ``may_fall_to_unknown``: once the onset window is complete, evidence
+        that did not last through it (a burst that coincided with the first
+        idle polls) no longer explains a stall, so its verdict may fall to
+        unknown; a slowdown keeps its last attributed cause.
+        """
+        s = self._eff
         self._account(live.incident.cause, lost)
         inc = live.incident
         inc = replace(
@@ -576,11 +631,8 @@ class Engine:
         if now >= ep.next_score:
             ep.next_score = now + s.rescore_every
             attr, missing = self._score(ep, now)
-            # Once the onset window is complete, evidence that did not last
-            # through it (a burst that coincided with the first idle polls)
-            # no longer explains the stall: the verdict may fall to unknown.
             settled = now - ep.onset >= max(5.0, 2.0 * self.spacing, 3.0 * self.tick_s)
-            if (attr.cause is not Cause.UNKNOWN or (settled and ep.kind == "stall")) and (
+            if (attr.cause is not Cause.UNKNOWN or (settled and may_fall_to_unknown)) and (
                 attr.cause != inc.cause
                 or attr.culprit.key != inc.culprit.key
                 or abs(attr.confidence - inc.confidence) >= 0.1
@@ -599,7 +651,6 @@ class Engine:
             inc = self._revise(inc, now)
             out.append(IncidentTransition("updated", self._wall(now), inc))
         live.incident = inc
-        return ep
 
     def _open_if_preceded(
         self, ep: _Episode, bad: list[GpuState], *, now: float, out: list[IncidentTransition]
