@@ -33,6 +33,15 @@ class Cause(StrEnum):
         return _TEXT[self]
 
     @property
+    def halts(self) -> bool:
+        """Whether evidence of this cause may open a stall before
+        ``min_duration``: causes that stop a job's traffic or make it wait
+        (a checkpoint is the job waiting for its own write). Congestion
+        slows traffic without stopping it: a 1-3 s dip that coincides with
+        an ECN burst is no fault."""
+        return self in _HALTS
+
+    @property
     def precedence(self) -> int:
         """Rank in ties: lower wins."""
         return _RANK[self]
@@ -49,6 +58,16 @@ _TEXT = {
     Cause.UNKNOWN: "unknown",
 }
 _RANK = {c: i for i, c in enumerate(Cause)}
+_HALTS = frozenset(
+    {
+        Cause.LINK_DOWN,
+        Cause.GPU_FAULT,
+        Cause.NVLINK_DEGRADED,
+        Cause.PFC_STORM,
+        Cause.STORAGE_LATENCY,
+        Cause.CHECKPOINT_WRITE,
+    }
+)
 
 
 def cause_text(cause: str) -> str:

@@ -529,7 +529,7 @@ class Engine:
                 self._open_if_preceded(ep, bad, now=now, out=out)
             return ep
         attr, missing = self._score(ep, now)
-        strong = attr.cause is not Cause.UNKNOWN and attr.score >= s.strong_evidence
+        strong = attr.cause.halts and attr.score >= s.strong_evidence
         if latest - ep.run_onset >= s.min_duration or strong:
             self._open(ep, attr, missing, bad, now=now, out=out)
         return ep
@@ -670,7 +670,7 @@ class Engine:
         # Before the onset one sample suffices: the verdict at ``now`` must
         # hold on two (that sample and the stalled one at least).
         pre, _ = self._score(ep, ep.onset - 1e-3, min_samples=1)
-        if pre.cause is Cause.UNKNOWN or pre.score < s.strong_evidence:
+        if not pre.cause.halts or pre.score < s.strong_evidence:
             return
         attr, missing = self._score(ep, now)
         if attr.cause == pre.cause and attr.score >= s.strong_evidence:
@@ -712,6 +712,7 @@ class Engine:
                 cause=inc.cause,
                 confidence=inc.confidence,
                 evidence=inc.evidence,
+                missing=inc.missing,
             ),
         )
 

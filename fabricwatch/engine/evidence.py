@@ -488,6 +488,63 @@ def _work_kept(ctx: ScoreContext, gpu: str, lo: float, hi: float) -> bool:
     return True
 
 
+def _collapsed(
+    ctx: ScoreContext,
+    fam: str,
+    *,
+    lo: float,
+    hi: float,
+    sample_s: float,
+    found: dict[tuple[str, str], list[tuple[Series, float, float, float]]],
+) -> None:
+    """Add to ``found`` the links of ``fam`` collapsed on every poll in
+    [lo, hi] while their job-mates' links were not: (series, ratio to its
+    baseline, level, baseline) by (family, GPU)."""
+    st = ctx.settings
+    limit = st.nvlink_collapse_ratio
+    # Per measured interval (rates as shares of their own baseline): a
+    # link is compared with the other GPUs' links over *the same
+    # interval*, so a drop every GPU shares (a slowdown starting, a
+    # straggler wait) cancels out whichever samples happen to be missing.
+    polls: dict[tuple[int, int], list[tuple[str, float]]] = {}
+    rows: list[tuple[Series, float, list[tuple[tuple[int, int], float]]]] = []
+    for s in ctx.store.family(fam):
+        if not ctx.in_scope(s.labels[0]):
+            continue  # peers are the stalled job's GPUs, not another job's
+        base = window(s, ctx.onset - st.baseline_window, ctx.onset - st.onset_lead - 0.001)
+        if len(base.values) < 3:
+            continue
+        b = _level(base.values)
+        if b < st.nvlink_min_bytes:
+            continue  # a link that carries nothing cannot collapse
+        pre = [(span, v / b) for span, v in _fresh_rates(s, lo, hi, sample_s)]
+        for poll, ratio in pre:
+            polls.setdefault(poll, []).append((s.labels[0], ratio))
+        if pre:
+            rows.append((s, b, pre))
+    for s, b, pre in rows:
+        if any(ratio > limit for _, ratio in pre):
+            continue  # collapsed on every poll before the onset, or not at all
+        gpu = s.labels[0]
+        matched = 0
+        for poll, ratio in pre:
+            peers = [r for g, r in polls[poll] if g != gpu and ctx.same_job(gpu, g)]
+            if not peers:
+                continue  # no peer measured this interval (or a lone GPU)
+            peer = median(peers)
+            # A third of the peers or more collapsed with it: a phase of
+            # the job (an evaluation dip, half the node in another
+            # rhythm), not one GPU's links.
+            together = 3 * sum(r <= limit for r in peers) >= len(peers)
+            if peer < 1.0 - limit or ratio > 0.6 * peer or together:
+                matched = 0  # the peers fell too (node-wide) or no standout
+                break
+            matched += 1
+        if matched:
+            ratio = _level([r for _, r in pre])
+            found.setdefault((fam, gpu), []).append((s, ratio, ratio * b, b))
+
+
 def score_nvlink_throughput(ctx: ScoreContext) -> list[Evidence]:
     """One GPU's NVLink traffic collapsing before the stall while its peers' does not.
 
@@ -506,46 +563,9 @@ def score_nvlink_throughput(ctx: ScoreContext) -> list[Evidence]:
     hi = min(ctx.now, ctx.onset - 1e-3)
     if hi < lo:
         return []
-    limit = st.nvlink_collapse_ratio
     found: dict[tuple[str, str], list[tuple[Series, float, float, float]]] = {}
     for fam in (sig.NVLINK_TX, sig.NVLINK_RX):
-        # Per measured interval (rates as shares of their own baseline): a
-        # link is compared with the other GPUs' links over *the same
-        # interval*, so a drop every GPU shares (a slowdown starting, a
-        # straggler wait) cancels out whichever samples happen to be missing.
-        polls: dict[tuple[int, int], list[tuple[str, float]]] = {}
-        rows: list[tuple[Series, float, list[tuple[tuple[int, int], float]]]] = []
-        for s in ctx.store.family(fam):
-            if not ctx.in_scope(s.labels[0]):
-                continue  # peers are the stalled job's GPUs, not another job's
-            base = window(s, ctx.onset - st.baseline_window, ctx.onset - st.onset_lead - 0.001)
-            if len(base.values) < 3:
-                continue
-            b = _level(base.values)
-            if b < st.nvlink_min_bytes:
-                continue  # a link that carries nothing cannot collapse
-            pre = [(span, v / b) for span, v in _fresh_rates(s, lo, hi, sample_s)]
-            for poll, ratio in pre:
-                polls.setdefault(poll, []).append((s.labels[0], ratio))
-            if pre:
-                rows.append((s, b, pre))
-        for s, b, pre in rows:
-            if any(ratio > limit for _, ratio in pre):
-                continue  # collapsed on every poll before the onset, or not at all
-            gpu = s.labels[0]
-            matched = 0
-            for poll, ratio in pre:
-                peers = [r for g, r in polls[poll] if g != gpu and ctx.same_job(gpu, g)]
-                if not peers:
-                    continue  # no peer measured this interval (or a lone GPU)
-                peer = median(peers)
-                if peer < 1.0 - limit or ratio > 0.6 * peer:
-                    matched = 0  # the peers fell too (node-wide) or no standout
-                    break
-                matched += 1
-            if matched:
-                ratio = _level([r for _, r in pre])
-                found.setdefault((fam, gpu), []).append((s, ratio, ratio * b, b))
+        _collapsed(ctx, fam, lo=lo, hi=hi, sample_s=sample_s, found=found)
     out: list[Evidence] = []
     kept: dict[str, bool] = {}
     for (fam, gpu), hits in sorted(found.items()):
@@ -577,7 +597,11 @@ def score_nvlink_throughput(ctx: ScoreContext) -> list[Evidence]:
 
 def score_gpu(ctx: ScoreContext, job_gpus: Sequence[str]) -> list[Evidence]:
     """XID events, GPUs marked unhealthy and job GPUs whose telemetry vanished."""
-    st = ctx.settings
+    return [*_score_xids(ctx), *_score_unhealthy(ctx), *_score_vanished(ctx, job_gpus)]
+
+
+def _score_xids(ctx: ScoreContext) -> list[Evidence]:
+    """XID events on the stalled job's GPUs: NVLink, hardware or application."""
     out: list[Evidence] = []
     for s in ctx.store.family(sig.GPU_XID):
         if not ctx.in_scope(s.labels[0]):
@@ -629,6 +653,12 @@ def score_gpu(ctx: ScoreContext, job_gpus: Sequence[str]) -> list[Evidence]:
                     f"XID {xid} on GPU {gpu}",
                 )
             )
+    return out
+
+
+def _score_unhealthy(ctx: ScoreContext) -> list[Evidence]:
+    """GPUs the collector marked unhealthy (lost) around the onset."""
+    out: list[Evidence] = []
     for s in ctx.store.family(sig.GPU_HEALTHY):
         if not ctx.in_scope(s.labels[0]):
             continue
@@ -650,6 +680,13 @@ def score_gpu(ctx: ScoreContext, job_gpus: Sequence[str]) -> list[Evidence]:
                     f"GPU {gpu} reported unhealthy (lost)",
                 )
             )
+    return out
+
+
+def _score_vanished(ctx: ScoreContext, job_gpus: Sequence[str]) -> list[Evidence]:
+    """Job GPUs whose telemetry stopped while the others' continued."""
+    st = ctx.settings
+    out: list[Evidence] = []
     # Telemetry collapse: one job GPU stops reporting while the others continue.
     fresh_count = 0
     vanished: list[str] = []

@@ -92,8 +92,14 @@ def summarize(
     cause: str,
     confidence: float,
     evidence: tuple[Evidence, ...],
+    missing: Iterable[str] = (),
 ) -> str:
-    """One sentence: what stalled, for how long, why, how sure."""
+    """One sentence: what stalled, for how long, why, how sure.
+
+    An ``unknown`` verdict names the evidence groups this node does not
+    report (``missing``: "no host PFC counters on this node"), which is
+    often why nothing explains the stall.
+    """
     g = list(gpus)
     what = "GPU" if len(g) == 1 else "GPUs"
     state = "idle" if kind == "stall" else "slowed down"
@@ -103,7 +109,23 @@ def summarize(
         text += f" ({top.text})"
     elif evidence:
         text += f" (strongest signal, too weak to attribute: {evidence[0].text})"
+    if cause == Cause.UNKNOWN:
+        absent = [_GROUP_TEXT.get(m, m) for m in missing]
+        if absent:
+            text += f"; no {', no '.join(absent)} on this node"
     return text + f"; confidence {confidence:.2f}"
+
+
+# Evidence groups (signals.FAMILY_GROUPS) in words, for "no ... on this node".
+_GROUP_TEXT = {
+    "switch_pfc": "switch PFC counters",
+    "nic_pfc": "host PFC counters",
+    "congestion": "ECN/CNP counters",
+    "link": "link state",
+    "nvlink": "NVLink counters",
+    "xid": "XID events",
+    "storage": "storage counters",
+}
 
 
 def _iso(ts: float | None) -> str | None:
