@@ -56,6 +56,7 @@ from typing import Any
 import aiomqtt
 from aiohttp import web
 
+from fabricwatch.engine.causes import Cause
 from fabricwatch.engine.evidence import Culprit, Evidence
 from fabricwatch.engine.incidents import Incident, to_json
 from fabricwatch.fleet.db import FleetDB
@@ -103,7 +104,7 @@ def node_incident(
     )
     ev = (
         Evidence(
-            "pfc_storm",
+            Cause("pfc_storm"),
             "fabricwatch_switch_pfc_pause_ratio",
             c,
             0.95,

@@ -25,6 +25,7 @@ import aiohttp
 import aiomqtt
 from aiohttp import web
 
+from fabricwatch.engine.causes import Cause
 from fabricwatch.engine.evidence import Culprit, Evidence
 from fabricwatch.engine.incidents import Incident, IncidentTransition
 from fabricwatch.outputs.mqtt import MqttPublisher, MqttSink
@@ -46,7 +47,9 @@ def free_port() -> int:
 
 def transition(i: int) -> IncidentTransition:
     c = Culprit("switch:leaf1:swp12:3", "switch_port", (("switch", "leaf1"), ("port", "swp12")))
-    ev = (Evidence("pfc_storm", "fabricwatch_switch_pfc_pause_ratio", c, 0.9, 0.97, 0.03, "x"),)
+    ev = (
+        Evidence(Cause("pfc_storm"), "fabricwatch_switch_pfc_pause_ratio", c, 0.9, 0.97, 0.03, "x"),
+    )
     inc = Incident(
         f"{i:016x}", "node-a", "stall", "open", "pfc_storm", 0.93, c, "GPUs 0-7 idle",
         1e9, 1e9, 1e9, None, None, tuple(str(g) for g in range(8)), "slurm:1", 300.0, None, 1,

@@ -208,7 +208,9 @@ class Daemon:
         if code is not None:
             return code
         if cfg.engine.enabled:
-            self.engine = Engine(cfg.engine, self.store, self.env.node, self.db)
+            self.engine = Engine(
+                cfg.engine, self.store, self.env.node, self.db, tick=cfg.daemon.tick
+            )
             self.store.register("engine", self.engine.metrics())
         self.supervisor = self._collectors(cfg, self.env)
         registry = build_registry(self.store, lambda: self.supervisor.states, self.reload_status)

@@ -18,7 +18,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from fabricwatch.engine.incidents import CAUSE_TEXT
+from fabricwatch.engine.causes import cause_text
 
 EVENTS_SHOWN = 9
 
@@ -160,7 +160,7 @@ def render(st: Status, events: Sequence[str], max_events: int = EVENTS_SHOWN) ->
     for d in st.open_incidents:
         ev = d.get("evidence") or [{}]
         inc.add_row(
-            Text(CAUSE_TEXT.get(str(d.get("cause")), str(d.get("cause"))), "bold red"),
+            Text(cause_text(str(d.get("cause"))), "bold red"),
             str(d.get("culprit", {}).get("key", "")),
             f"{float(d.get('gpu_seconds_lost', 0.0)):.0f}",
             str(ev[0].get("text", "")),
@@ -311,7 +311,7 @@ def cause_table(doc: Mapping[str, Any]) -> Table:
     t.add_column("cause")
     t.add_column("GPU-seconds", justify="right")
     for cause, secs in doc["gpu_seconds_by_cause"].items():
-        t.add_row(CAUSE_TEXT.get(cause, cause), f"{secs:,.0f}")
+        t.add_row(cause_text(cause), f"{secs:,.0f}")
     if not doc["gpu_seconds_by_cause"]:
         t.add_row("(none)", "0")
     return t

@@ -10,20 +10,10 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from fabricwatch.engine.causes import Cause
 from fabricwatch.engine.evidence import NO_CULPRIT, Culprit, Evidence
 from fabricwatch.engine.signals import FAMILY_GROUPS
 
-# Ties go to the more specific, more causal finding.
-PRECEDENCE = (
-    "link_down",
-    "gpu_fault",
-    "nvlink_degraded",
-    "pfc_storm",
-    "storage_latency",
-    "checkpoint_write",
-    "ecn_congestion",
-)
-_RANK = {c: i for i, c in enumerate(PRECEDENCE)}
 _EVIDENCE_GROUPS = len(FAMILY_GROUPS) - 1  # gpu_work is the stall signal itself
 
 
@@ -31,7 +21,7 @@ _EVIDENCE_GROUPS = len(FAMILY_GROUPS) - 1  # gpu_work is the stall signal itself
 class Attribution:
     """The verdict on one stall."""
 
-    cause: str
+    cause: Cause
     confidence: float
     culprit: Culprit
     score: float
@@ -64,29 +54,29 @@ def attribute(
         candidates: Sequence[Evidence] = timely
     else:
         candidates = evidence
-    best: dict[str, Evidence] = {}
-    support: dict[str, int] = {}
+    best: dict[Cause, Evidence] = {}
+    support: dict[Cause, int] = {}
     for e in candidates:
         cur = best.get(e.cause)
         if cur is None or e.score > cur.score:
             best[e.cause] = e
         if e.score >= min_evidence:
             support[e.cause] = support.get(e.cause, 0) + 1
-    scores: dict[str, float] = {}
+    scores: dict[Cause, float] = {}
     for cause, e in best.items():
         # Independent corroboration (a second family agreeing) adds a little.
         bonus = 0.03 if support.get(cause, 0) >= 2 else 0.0
         scores[cause] = min(0.99, e.score + bonus)
-    ranked = sorted(scores, key=lambda c: (-scores[c], _RANK.get(c, 99)))
+    ranked = sorted(scores, key=lambda c: (-scores[c], c.precedence))
     ranked_ev = tuple(e for e in evidence if e.score >= 0.3)
     if not ranked or scores[ranked[0]] < min_evidence:
         return Attribution(
-            "unknown", 0.0, NO_CULPRIT, scores[ranked[0]] if ranked else 0.0, ranked_ev
+            Cause.UNKNOWN, 0.0, NO_CULPRIT, scores[ranked[0]] if ranked else 0.0, ranked_ev
         )
     winner = ranked[0]
     # Slow storage explains a checkpoint that takes too long: latency beats volume.
-    if winner == "checkpoint_write" and scores.get("storage_latency", 0.0) >= min_evidence:
-        winner = "storage_latency"
+    if winner is Cause.CHECKPOINT_WRITE and scores.get(Cause.STORAGE_LATENCY, 0.0) >= min_evidence:
+        winner = Cause.STORAGE_LATENCY
     top = scores[winner]
     runner = max((scores[c] for c in ranked if c != winner), default=0.0)
     coverage = 1.0 - len(missing) / _EVIDENCE_GROUPS

@@ -14,8 +14,9 @@ from dataclasses import dataclass, field, replace
 
 from fabricwatch.engine import signals as sig
 from fabricwatch.engine.attribution import Attribution, attribute
+from fabricwatch.engine.causes import Cause
 from fabricwatch.engine.db import IncidentDB
-from fabricwatch.engine.evidence import CAUSES, ScoreContext, collect, missing_groups
+from fabricwatch.engine.evidence import ScoreContext, collect, missing_groups
 from fabricwatch.engine.incidents import (
     Incident,
     IncidentTransition,
@@ -53,6 +54,19 @@ STALL_COST = MetricSpec(
     MetricKind.COUNTER,
     "Money lost to incidents (GPU-seconds x cost_per_gpu_hour / 3600), by cause.",
     ("cause",),
+)
+
+# The order metric series are written in (the causes as they were listed
+# before the enumeration, so the exposition stays byte for byte the same).
+_CAUSES = (
+    Cause.PFC_STORM,
+    Cause.ECN_CONGESTION,
+    Cause.LINK_DOWN,
+    Cause.NVLINK_DEGRADED,
+    Cause.GPU_FAULT,
+    Cause.CHECKPOINT_WRITE,
+    Cause.STORAGE_LATENCY,
+    Cause.UNKNOWN,
 )
 
 
@@ -101,6 +115,9 @@ class Engine:
         store_reader: the snapshot store the pipeline fills.
         node: this node's name (in incidents and keys).
         db: where transitions are persisted before ``tick`` returns them.
+        tick: seconds between :meth:`tick` calls (the daemon's ``daemon.tick``;
+            replay steps at its own): the spacing it can see at best, and the
+            time one tick accounts for.
     """
 
     def __init__(
@@ -109,12 +126,15 @@ class Engine:
         store_reader: SnapshotStore,
         node: str,
         db: IncidentDB | None = None,
+        *,
+        tick: float = 1.0,
     ) -> None:
         self.settings = settings
+        self.tick_s = tick
         self.store = store_reader
         self.node = node
         self.db = db
-        self.detector = StallDetector(settings)
+        self.detector = StallDetector(settings, tick)
         self._live: dict[str, _Live] = {}
         self._stall: _Episode | None = None
         self._slow: _Episode | None = None
@@ -122,14 +142,14 @@ class Engine:
         self._clear: dict[str, float] = {}  # last tick without a node stall / slowdown, by kind
         self._idle_at_clear: list[tuple[str, float]] = []  # (GPU, idle since) seen idle then
         self._offset = 0.0
-        self._opened: dict[str, float] = dict.fromkeys(CAUSES, 0.0)
-        self._gpu_seconds: dict[str, float] = dict.fromkeys(CAUSES, 0.0)
+        self._opened: dict[str, float] = dict.fromkeys(_CAUSES, 0.0)
+        self._gpu_seconds: dict[str, float] = dict.fromkeys(_CAUSES, 0.0)
         self._restored = False
         # Keys of incidents restored from the database and not yet continued
         # or resolved: see :meth:`_continue_restored`.
         self._restoring: set[str] = set()
         # Observed sample spacing and the settings scaled to it.
-        self.spacing = settings.tick
+        self.spacing = tick
         self._eff = settings
         self._scaled: dict[float, EngineSettings] = {}
         self._ticks = 0
@@ -149,7 +169,8 @@ class Engine:
         s = self.settings
         now = now_monotonic
         self._offset = now_wall - now_monotonic
-        dt = s.tick if self._last_tick is None else min(max(now - self._last_tick, 0.0), 5 * s.tick)
+        tick = self.tick_s
+        dt = tick if self._last_tick is None else min(max(now - self._last_tick, 0.0), 5 * tick)
         self._last_tick = now
         out: list[IncidentTransition] = []
         if not self._restored:
@@ -165,7 +186,7 @@ class Engine:
         if len(stalled) < max(1, math.ceil(s.stall_gpus_ratio * len(job))):
             stalled = []
         was_stalled = self._stall is not None
-        self._stall = self._step(self._stall, "stall", stalled, now=now, dt=dt, out=out)
+        self._stall = self._step_stall(self._stall, stalled, now=now, dt=dt, out=out)
         if was_stalled and self._stall is None:
             self._stall_end = now
         # A job recovering from a stall (its first samples partly idle, its
@@ -179,11 +200,11 @@ class Engine:
             slow = [g for g in job if g.slow]
             if len(slow) < need:
                 slow = self._comm_slow(job, now)
-            self._slow = self._step(
-                self._slow, "slowdown", slow if len(slow) >= need else [], now=now, dt=dt, out=out
+            self._slow = self._step_slowdown(
+                self._slow, slow if len(slow) >= need else [], now=now, dt=dt, out=out
             )
         elif self._slow is not None:
-            self._slow = self._step(self._slow, "slowdown", [], now=now, dt=dt, out=out)
+            self._slow = self._step_slowdown(self._slow, [], now=now, dt=dt, out=out)
         self._resolve(now, out)
         if out and self.db is not None:
             self.db.record(out)
@@ -210,10 +231,10 @@ class Engine:
         # lingering at 1 until the store drops it as stale.
         for gpu, st in sorted(self.detector.gpus.items()):
             active = cause if cause is not None and st.stalled else None
-            for c in CAUSES:
+            for c in _CAUSES:
                 out.append(Reading(GPU_STALLED.name, (gpu, c), 1.0 if c == active else 0.0))
         price = self.settings.cost_per_gpu_hour
-        for c in CAUSES:
+        for c in _CAUSES:
             out.append(Reading(INCIDENTS_OPENED.name, (c,), self._opened[c]))
             out.append(Reading(STALL_GPU_SECONDS.name, (c,), self._gpu_seconds[c]))
             if price > 0:
@@ -307,7 +328,7 @@ class Engine:
         result holds between checks.
         """
         s = self._eff
-        if now - self._comm_checked < max(s.tick, self.spacing):
+        if now - self._comm_checked < max(self.tick_s, self.spacing):
             return self._comm_gpus
         self._comm_checked = now
         if now - self._rhythm_at >= 60.0:
@@ -378,11 +399,11 @@ class Engine:
         if math.isnan(sp):
             return
         # Quantized, so jitter does not make every tick's settings differ.
-        sp = max(self.settings.tick, round(sp * 4) / 4)
+        sp = max(self.tick_s, round(sp * 4) / 4)
         self.spacing = sp
         eff = self._scaled.get(sp)
         if eff is None:
-            eff = self._scaled[sp] = self.settings.at_spacing(sp)
+            eff = self._scaled[sp] = self.settings.at_spacing(sp, self.tick_s)
         self._eff = eff
         self.detector.retune(eff, sp)
 
@@ -460,89 +481,145 @@ class Engine:
             reach=self._comm_window() if ep.kind == "slowdown" else 0.0,
             slowdown=ep.kind == "slowdown",
             peers=ep.peers,
+            tick=self.tick_s,
         )
         job = [g.gpu for g in self.detector.job_gpus()]
         evidence = collect(ctx, job)
         missing = missing_groups(self.store, now, s.sample_max_age)
-        late_after = ep.onset + max(s.tick, 0.5 * self.spacing)
+        late_after = ep.onset + max(self.tick_s, 0.5 * self.spacing)
         attr = attribute(evidence, missing, min_evidence=s.min_evidence, late_after=late_after)
         return attr, tuple(missing)
 
-    def _step(
+    def _step_stall(
         self,
         ep: _Episode | None,
-        kind: str,
         bad: list[GpuState],
         *,
         now: float,
         dt: float,
         out: list[IncidentTransition],
     ) -> _Episode | None:
+        """One tick of the stall path: start, extend, open or end the episode."""
         s = self._eff
         if not bad:
-            self._clear[kind] = now
-            if kind == "stall":
-                self._idle_at_clear = [
-                    (g.gpu, g.idle_since)
-                    for g in self.detector.gpus.values()
-                    if g.idle and now - g.last_sample <= max(s.tick, self.spacing)
-                ]
-            if ep is not None and now - ep.last_bad >= s.end_after:
-                if ep.live is not None:
-                    ep.live.ended = ep.last_bad
-                    inc = ep.live.incident
-                    ep.live.incident = replace(inc, ended_at=self._wall(ep.last_bad))
-                return None
-            if ep is not None and ep.broken_at is None:
-                ep.broken_at = now
-            return ep
+            self._idle_at_clear = [
+                (g.gpu, g.idle_since)
+                for g in self.detector.gpus.values()
+                if g.idle and now - g.last_sample <= max(self.tick_s, self.spacing)
+            ]
+            return self._quiet(ep, "stall", now)
         if ep is None:
-            stall = kind == "stall"
-            onset = (
-                self._stall_onset(bad)
-                if stall
-                else min(g.slow_since if g.slow else self._comm_since for g in bad)
-            )
-            ep = _Episode(kind, onset, now, run_onset=onset)
+            onset = self._stall_onset(bad)
+            ep = _Episode("stall", onset, now, run_onset=onset)
         elif ep.broken_at is not None:
-            since = min(g.idle_since if kind == "stall" else g.slow_since for g in bad)
-            ep.run_onset = max(since, ep.broken_at)
-            ep.broken_at = None
+            self._rejoin(ep, min(g.idle_since for g in bad))
+        lost = dt * len(bad)
+        grew, latest = self._extend(ep, bad, now, lost)
+        if ep.live is not None:
+            self._continue(ep, ep.live, lost, grew, now=now, out=out, may_fall_to_unknown=True)
+            return ep
+        # Measured on samples, not ticks: a GPU whose next samples are
+        # missing must not look idle for longer than it was seen idle.
+        duration = latest - ep.onset
+        if duration < s.min_duration_with_evidence:
+            # Evidence before the onset is credited as one poll.
+            credit = max(self.tick_s, self.spacing)
+            if not ep.pre_checked and duration + credit >= s.min_duration_with_evidence:
+                ep.pre_checked = True
+                self._open_if_preceded(ep, bad, now=now, out=out)
+            return ep
+        attr, missing = self._score(ep, now)
+        strong = attr.cause.halts and attr.score >= s.strong_evidence
+        if latest - ep.run_onset >= s.min_duration or strong:
+            self._open(ep, attr, missing, bad, now=now, out=out)
+        return ep
+
+    def _step_slowdown(
+        self,
+        ep: _Episode | None,
+        bad: list[GpuState],
+        *,
+        now: float,
+        dt: float,
+        out: list[IncidentTransition],
+    ) -> _Episode | None:
+        """One tick of the slowdown path. Slowdowns without evidence are not
+        incidents (evaluation phases, data loading): only attributed ones open."""
+        s = self._eff
+        if not bad:
+            return self._quiet(ep, "slowdown", now)
+        if ep is None:
+            onset = min(g.slow_since if g.slow else self._comm_since for g in bad)
+            ep = _Episode("slowdown", onset, now, run_onset=onset)
+        elif ep.broken_at is not None:
+            self._rejoin(ep, min(g.slow_since for g in bad))
+        lost = dt * sum(g.lost_work() for g in bad)
+        grew, latest = self._extend(ep, bad, now, lost)
+        if ep.live is not None:
+            self._continue(ep, ep.live, lost, grew, now=now, out=out, may_fall_to_unknown=False)
+        elif latest - ep.onset >= s.min_duration and now >= ep.next_score:
+            attr, missing = self._score(ep, now)
+            ep.next_score = now + s.rescore_every
+            if attr.cause is not Cause.UNKNOWN:
+                self._open(ep, attr, missing, bad, now=now, out=out)
+        return ep
+
+    def _quiet(self, ep: _Episode | None, kind: str, now: float) -> _Episode | None:
+        """A tick without bad GPUs: the run breaks, and the episode ends once
+        its GPUs worked for ``end_after``."""
+        self._clear[kind] = now
+        if ep is None:
+            return None
+        if now - ep.last_bad >= self._eff.end_after:
+            if ep.live is not None:
+                ep.live.ended = ep.last_bad
+                inc = ep.live.incident
+                ep.live.incident = replace(inc, ended_at=self._wall(ep.last_bad))
+            return None
+        if ep.broken_at is None:
+            ep.broken_at = now
+        return ep
+
+    @staticmethod
+    def _rejoin(ep: _Episode, since: float) -> None:
+        """Bad GPUs again after a break: a new unbroken run starts."""
+        ep.run_onset = max(since, ep.broken_at if ep.broken_at is not None else since)
+        ep.broken_at = None
+
+    def _extend(
+        self, ep: _Episode, bad: list[GpuState], now: float, lost: float
+    ) -> tuple[bool, float]:
+        """Add this tick's bad GPUs to the episode; (whether the GPU set grew,
+        the newest sample of the bad GPUs)."""
         latest = max(g.last_sample for g in bad)
-        if latest - ep.seen > s.sample_max_age and ep.seen > -math.inf:
+        if latest - ep.seen > self._eff.sample_max_age and ep.seen > -math.inf:
             ep.run_onset = max(ep.run_onset, latest)
         ep.seen = max(ep.seen, latest)
         grew = not {g.gpu for g in bad} <= ep.gpus
         ep.gpus.update(g.gpu for g in bad)
         ep.last_bad = now
-        lost = dt * (len(bad) if kind == "stall" else sum(g.lost_work() for g in bad))
         ep.gpu_seconds += lost
-        # Measured on samples, not ticks: a GPU whose next samples are
-        # missing must not look idle for longer than it was seen idle.
-        duration = max(g.last_sample for g in bad) - ep.onset
-        if ep.live is None:
-            if kind == "stall":
-                if duration < s.min_duration_with_evidence:
-                    # Evidence before the onset is credited as one poll.
-                    credit = max(s.tick, self.spacing)
-                    if not ep.pre_checked and duration + credit >= s.min_duration_with_evidence:
-                        ep.pre_checked = True
-                        self._open_if_preceded(ep, bad, now=now, out=out)
-                    return ep
-                attr, missing = self._score(ep, now)
-                strong = attr.cause != "unknown" and attr.score >= s.strong_evidence
-                run = latest - ep.run_onset
-                if run >= s.min_duration or strong:
-                    self._open(ep, attr, missing, bad, now=now, out=out)
-            elif duration >= s.min_duration and now >= ep.next_score:
-                # Slowdowns without evidence are not incidents (evaluation
-                # phases, data loading): only attributed ones open.
-                attr, missing = self._score(ep, now)
-                ep.next_score = now + s.rescore_every
-                if attr.cause != "unknown":
-                    self._open(ep, attr, missing, bad, now=now, out=out)
-            return ep
-        live = ep.live
+        return grew, latest
+
+    def _continue(
+        self,
+        ep: _Episode,
+        live: _Live,
+        lost: float,
+        grew: bool,
+        *,
+        now: float,
+        out: list[IncidentTransition],
+        may_fall_to_unknown: bool,
+    ) -> None:
+        """Account an open incident's tick and re-score it every ``rescore_every``.
+
+        ``may_fall_to_unknown``: once the onset window is complete, evidence
+        that did not last through it (a burst that coincided with the first
+        idle polls) no longer explains a stall, so its verdict may fall to
+        unknown; a slowdown keeps its last attributed cause.
+        """
+        s = self._eff
         self._account(live.incident.cause, lost)
         inc = live.incident
         inc = replace(
@@ -554,11 +631,8 @@ class Engine:
         if now >= ep.next_score:
             ep.next_score = now + s.rescore_every
             attr, missing = self._score(ep, now)
-            # Once the onset window is complete, evidence that did not last
-            # through it (a burst that coincided with the first idle polls)
-            # no longer explains the stall: the verdict may fall to unknown.
-            settled = now - ep.onset >= max(5.0, 2.0 * self.spacing, 3.0 * s.tick)
-            if (attr.cause != "unknown" or (settled and ep.kind == "stall")) and (
+            settled = now - ep.onset >= max(5.0, 2.0 * self.spacing, 3.0 * self.tick_s)
+            if (attr.cause is not Cause.UNKNOWN or (settled and may_fall_to_unknown)) and (
                 attr.cause != inc.cause
                 or attr.culprit.key != inc.culprit.key
                 or abs(attr.confidence - inc.confidence) >= 0.1
@@ -577,7 +651,6 @@ class Engine:
             inc = self._revise(inc, now)
             out.append(IncidentTransition("updated", self._wall(now), inc))
         live.incident = inc
-        return ep
 
     def _open_if_preceded(
         self, ep: _Episode, bad: list[GpuState], *, now: float, out: list[IncidentTransition]
@@ -597,7 +670,7 @@ class Engine:
         # Before the onset one sample suffices: the verdict at ``now`` must
         # hold on two (that sample and the stalled one at least).
         pre, _ = self._score(ep, ep.onset - 1e-3, min_samples=1)
-        if pre.cause == "unknown" or pre.score < s.strong_evidence:
+        if not pre.cause.halts or pre.score < s.strong_evidence:
             return
         attr, missing = self._score(ep, now)
         if attr.cause == pre.cause and attr.score >= s.strong_evidence:
@@ -613,7 +686,7 @@ class Engine:
         hold = self._eff.end_after
         # Samples slower than the tick are interval averages: a stall that
         # began inside the last one before the clear tick began before it.
-        slack = self.spacing if self.spacing > 2 * self.settings.tick else 0.0
+        slack = self.spacing if self.spacing > 2 * self.tick_s else 0.0
         trusted = [
             g.idle_since
             for g in bad
@@ -639,6 +712,7 @@ class Engine:
                 cause=inc.cause,
                 confidence=inc.confidence,
                 evidence=inc.evidence,
+                missing=inc.missing,
             ),
         )
 

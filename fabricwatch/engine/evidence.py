@@ -15,21 +15,10 @@ from dataclasses import dataclass, replace
 from itertools import pairwise
 
 from fabricwatch.engine import signals as sig
+from fabricwatch.engine.causes import Cause
 from fabricwatch.engine.settings import EngineSettings
 from fabricwatch.engine.signals import Window, mad, median, sustained, window
 from fabricwatch.store import Series, SnapshotStore
-
-CAUSES = (
-    "pfc_storm",
-    "ecn_congestion",
-    "link_down",
-    "nvlink_degraded",
-    "gpu_fault",
-    "checkpoint_write",
-    "storage_latency",
-    "unknown",
-)
-"""Every cause an incident can have."""
 
 # XIDs that mean the GPU itself failed (NVIDIA XID catalogue): double-bit ECC,
 # fallen off the bus, row-remap failure, contained/uncontained ECC, GSP errors.
@@ -60,7 +49,7 @@ NO_CULPRIT = Culprit("", "none")
 class Evidence:
     """One scored observation."""
 
-    cause: str
+    cause: Cause
     family: str
     culprit: Culprit
     score: float
@@ -80,6 +69,7 @@ class ScoreContext:
 
     Attributes:
         spacing: the observed sample spacing (seconds) the windows scale with.
+        tick: seconds between engine ticks (the daemon's tick).
         scope: the stalled GPUs; GPU-side evidence (XIDs, NVLink) counts only
             on them (empty: every GPU, as for a single job).
     """
@@ -94,6 +84,7 @@ class ScoreContext:
     reach: float = 0.0  # > 0: the onset window reaches this far past the onset
     slowdown: bool = False
     peers: Mapping[str, frozenset[str]] | None = None
+    tick: float = 1.0
 
     def same_job(self, a: str, b: str) -> bool:
         """Whether GPUs ``a`` and ``b`` are job-mates (unknown: yes)."""
@@ -122,7 +113,7 @@ class ScoreContext:
     def on_end(self) -> float:
         """End of the onset window: what was present at the onset, not what came
         later (a second fault while the GPUs already wait is no cause)."""
-        reach = max(3.0 * self.settings.tick, 2.0 * self.spacing, 5.0, self.reach)
+        reach = max(3.0 * self.tick, 2.0 * self.spacing, 5.0, self.reach)
         return min(self.now, self.onset + reach)
 
     def windows(self, s: Series) -> tuple[Window, Window]:
@@ -136,7 +127,7 @@ class ScoreContext:
             base = window(s, self.onset - st.baseline_window, self.onset - lead - 0.001)
             return on, base
         end = self.on_end()
-        sample_s = max(st.tick, self.spacing)
+        sample_s = max(self.tick, self.spacing)
         on = window(s, self.onset - lead, min(self.now, self.onset + 10.0 * sample_s))
         # Up to the window's end, and on to the second sample at or after the
         # onset where a collector gap left fewer: whether evidence lasted is
@@ -294,13 +285,15 @@ def score_pfc(ctx: ScoreContext) -> list[Evidence]:
                 text = (
                     f"PFC pause storm on {where}: paused {peak:.0%} of the time ({_times(peak, b)})"
                 )
-                out.append(Evidence("pfc_storm", s.spec.name, culprit, score, peak, b, text))
+                out.append(Evidence(Cause.PFC_STORM, s.spec.name, culprit, score, peak, b, text))
             elif peak >= 0.5 * st.pfc_storm_ratio and peak >= 3 * b:
                 text = f"heavy PFC pausing on {where}: {peak:.0%} of the time ({_times(peak, b)})"
-                out.append(Evidence("pfc_storm", s.spec.name, culprit, 0.6, peak, b, text))
+                out.append(Evidence(Cause.PFC_STORM, s.spec.name, culprit, 0.6, peak, b, text))
             elif peak >= 0.1 and peak >= 3 * b + 0.05:
                 text = f"PFC pausing rose on {where}: {peak:.0%} of the time ({_times(peak, b)})"
-                out.append(Evidence("ecn_congestion", s.spec.name, culprit, 0.45, peak, b, text))
+                out.append(
+                    Evidence(Cause.ECN_CONGESTION, s.spec.name, culprit, 0.45, peak, b, text)
+                )
     return out
 
 
@@ -353,7 +346,9 @@ def score_congestion(ctx: ScoreContext) -> list[Evidence]:
                 score += 0.06 * min(1.0, math.log10(max(standout, 1.0)))
             culprit = _switch_culprit(s, False) if fam == sig.SW_ECN else _nic_culprit(s, False)
             text = f"{what} on {_where(culprit)}: {peak:,.0f}/s ({_times(peak, b)})"
-            hits.append((standout, Evidence("ecn_congestion", fam, culprit, score, peak, b, text)))
+            hits.append(
+                (standout, Evidence(Cause.ECN_CONGESTION, fam, culprit, score, peak, b, text))
+            )
         hits.sort(key=lambda h: -h[0])
         if len(hits) >= 2 and fam != sig.NIC_CNP_HANDLED and hits[0][0] < 1.5 * hits[1][0]:
             top, second = hits[0][1], hits[1][1]
@@ -369,7 +364,7 @@ def score_congestion(ctx: ScoreContext) -> list[Evidence]:
             text = (
                 f"{_where(culprit)} waited to transmit {peak:.0%} of the time ({_times(peak, b)})"
             )
-            out.append(Evidence("ecn_congestion", s.spec.name, culprit, 0.7, peak, b, text))
+            out.append(Evidence(Cause.ECN_CONGESTION, s.spec.name, culprit, 0.7, peak, b, text))
     return out
 
 
@@ -388,14 +383,14 @@ def score_links(ctx: ScoreContext) -> list[Evidence]:
                     _nic_culprit(s, False) if fam == sig.NIC_LINK_UP else _switch_culprit(s, False)
                 )
                 text = f"link down on {_where(culprit)}"
-                out.append(Evidence("link_down", fam, culprit, 0.95, low, b, text))
+                out.append(Evidence(Cause.LINK_DOWN, fam, culprit, 0.95, low, b, text))
     for s in ctx.store.family(sig.NIC_LINK_DOWNED):
         on, _ = ctx.windows(s)
         events = _new_events(s, ctx, on)
         if events > 0:
             culprit = _nic_culprit(s, False)
             text = f"{max(1, round(events))} link-down event(s) on {_where(culprit)}"
-            out.append(Evidence("link_down", s.spec.name, culprit, 0.9, events, 0.0, text))
+            out.append(Evidence(Cause.LINK_DOWN, s.spec.name, culprit, 0.9, events, 0.0, text))
     return out
 
 
@@ -425,7 +420,7 @@ def score_nvlink(ctx: ScoreContext) -> list[Evidence]:
             culprit = _nvlink_culprit(s)
             out.append(
                 Evidence(
-                    "nvlink_degraded",
+                    Cause.NVLINK_DEGRADED,
                     s.spec.name,
                     culprit,
                     0.95,
@@ -443,7 +438,7 @@ def score_nvlink(ctx: ScoreContext) -> list[Evidence]:
             text = (
                 f"NVLink {kind} error burst on {_where(culprit)}: {peak:,.0f}/s ({_times(peak, b)})"
             )
-            out.append(Evidence("nvlink_degraded", s.spec.name, culprit, 0.85, peak, b, text))
+            out.append(Evidence(Cause.NVLINK_DEGRADED, s.spec.name, culprit, 0.85, peak, b, text))
     return out
 
 
@@ -493,6 +488,63 @@ def _work_kept(ctx: ScoreContext, gpu: str, lo: float, hi: float) -> bool:
     return True
 
 
+def _collapsed(
+    ctx: ScoreContext,
+    fam: str,
+    *,
+    lo: float,
+    hi: float,
+    sample_s: float,
+    found: dict[tuple[str, str], list[tuple[Series, float, float, float]]],
+) -> None:
+    """Add to ``found`` the links of ``fam`` collapsed on every poll in
+    [lo, hi] while their job-mates' links were not: (series, ratio to its
+    baseline, level, baseline) by (family, GPU)."""
+    st = ctx.settings
+    limit = st.nvlink_collapse_ratio
+    # Per measured interval (rates as shares of their own baseline): a
+    # link is compared with the other GPUs' links over *the same
+    # interval*, so a drop every GPU shares (a slowdown starting, a
+    # straggler wait) cancels out whichever samples happen to be missing.
+    polls: dict[tuple[int, int], list[tuple[str, float]]] = {}
+    rows: list[tuple[Series, float, list[tuple[tuple[int, int], float]]]] = []
+    for s in ctx.store.family(fam):
+        if not ctx.in_scope(s.labels[0]):
+            continue  # peers are the stalled job's GPUs, not another job's
+        base = window(s, ctx.onset - st.baseline_window, ctx.onset - st.onset_lead - 0.001)
+        if len(base.values) < 3:
+            continue
+        b = _level(base.values)
+        if b < st.nvlink_min_bytes:
+            continue  # a link that carries nothing cannot collapse
+        pre = [(span, v / b) for span, v in _fresh_rates(s, lo, hi, sample_s)]
+        for poll, ratio in pre:
+            polls.setdefault(poll, []).append((s.labels[0], ratio))
+        if pre:
+            rows.append((s, b, pre))
+    for s, b, pre in rows:
+        if any(ratio > limit for _, ratio in pre):
+            continue  # collapsed on every poll before the onset, or not at all
+        gpu = s.labels[0]
+        matched = 0
+        for poll, ratio in pre:
+            peers = [r for g, r in polls[poll] if g != gpu and ctx.same_job(gpu, g)]
+            if not peers:
+                continue  # no peer measured this interval (or a lone GPU)
+            peer = median(peers)
+            # A third of the peers or more collapsed with it: a phase of
+            # the job (an evaluation dip, half the node in another
+            # rhythm), not one GPU's links.
+            together = 3 * sum(r <= limit for r in peers) >= len(peers)
+            if peer < 1.0 - limit or ratio > 0.6 * peer or together:
+                matched = 0  # the peers fell too (node-wide) or no standout
+                break
+            matched += 1
+        if matched:
+            ratio = _level([r for _, r in pre])
+            found.setdefault((fam, gpu), []).append((s, ratio, ratio * b, b))
+
+
 def score_nvlink_throughput(ctx: ScoreContext) -> list[Evidence]:
     """One GPU's NVLink traffic collapsing before the stall while its peers' does not.
 
@@ -506,51 +558,14 @@ def score_nvlink_throughput(ctx: ScoreContext) -> list[Evidence]:
     """
     st = ctx.settings
     # The last polls before the onset: earlier ones may predate the fault.
-    sample_s = max(st.tick, ctx.spacing)
+    sample_s = max(ctx.tick, ctx.spacing)
     lo = ctx.onset - min(st.onset_lead, 2.5 * sample_s)
     hi = min(ctx.now, ctx.onset - 1e-3)
     if hi < lo:
         return []
-    limit = st.nvlink_collapse_ratio
     found: dict[tuple[str, str], list[tuple[Series, float, float, float]]] = {}
     for fam in (sig.NVLINK_TX, sig.NVLINK_RX):
-        # Per measured interval (rates as shares of their own baseline): a
-        # link is compared with the other GPUs' links over *the same
-        # interval*, so a drop every GPU shares (a slowdown starting, a
-        # straggler wait) cancels out whichever samples happen to be missing.
-        polls: dict[tuple[int, int], list[tuple[str, float]]] = {}
-        rows: list[tuple[Series, float, list[tuple[tuple[int, int], float]]]] = []
-        for s in ctx.store.family(fam):
-            if not ctx.in_scope(s.labels[0]):
-                continue  # peers are the stalled job's GPUs, not another job's
-            base = window(s, ctx.onset - st.baseline_window, ctx.onset - st.onset_lead - 0.001)
-            if len(base.values) < 3:
-                continue
-            b = _level(base.values)
-            if b < st.nvlink_min_bytes:
-                continue  # a link that carries nothing cannot collapse
-            pre = [(span, v / b) for span, v in _fresh_rates(s, lo, hi, sample_s)]
-            for poll, ratio in pre:
-                polls.setdefault(poll, []).append((s.labels[0], ratio))
-            if pre:
-                rows.append((s, b, pre))
-        for s, b, pre in rows:
-            if any(ratio > limit for _, ratio in pre):
-                continue  # collapsed on every poll before the onset, or not at all
-            gpu = s.labels[0]
-            matched = 0
-            for poll, ratio in pre:
-                peers = [r for g, r in polls[poll] if g != gpu and ctx.same_job(gpu, g)]
-                if not peers:
-                    continue  # no peer measured this interval (or a lone GPU)
-                peer = median(peers)
-                if peer < 1.0 - limit or ratio > 0.6 * peer:
-                    matched = 0  # the peers fell too (node-wide) or no standout
-                    break
-                matched += 1
-            if matched:
-                ratio = _level([r for _, r in pre])
-                found.setdefault((fam, gpu), []).append((s, ratio, ratio * b, b))
+        _collapsed(ctx, fam, lo=lo, hi=hi, sample_s=sample_s, found=found)
     out: list[Evidence] = []
     kept: dict[str, bool] = {}
     for (fam, gpu), hits in sorted(found.items()):
@@ -576,13 +591,17 @@ def score_nvlink_throughput(ctx: ScoreContext) -> list[Evidence]:
             f"({level / 1e9:,.1f} of {b / 1e9:,.1f} GB/s) before the stall while other GPUs' "
             f"links kept their traffic"
         )
-        out.append(Evidence("nvlink_degraded", fam, culprit, score, level, b, text))
+        out.append(Evidence(Cause.NVLINK_DEGRADED, fam, culprit, score, level, b, text))
     return out
 
 
 def score_gpu(ctx: ScoreContext, job_gpus: Sequence[str]) -> list[Evidence]:
     """XID events, GPUs marked unhealthy and job GPUs whose telemetry vanished."""
-    st = ctx.settings
+    return [*_score_xids(ctx), *_score_unhealthy(ctx), *_score_vanished(ctx, job_gpus)]
+
+
+def _score_xids(ctx: ScoreContext) -> list[Evidence]:
+    """XID events on the stalled job's GPUs: NVLink, hardware or application."""
     out: list[Evidence] = []
     for s in ctx.store.family(sig.GPU_XID):
         if not ctx.in_scope(s.labels[0]):
@@ -600,7 +619,7 @@ def score_gpu(ctx: ScoreContext, job_gpus: Sequence[str]) -> list[Evidence]:
         if xid in NVLINK_XIDS:
             out.append(
                 Evidence(
-                    "nvlink_degraded",
+                    Cause.NVLINK_DEGRADED,
                     s.spec.name,
                     culprit,
                     0.9,
@@ -612,7 +631,7 @@ def score_gpu(ctx: ScoreContext, job_gpus: Sequence[str]) -> list[Evidence]:
         elif xid in HARDWARE_XIDS:
             out.append(
                 Evidence(
-                    "gpu_fault",
+                    Cause.GPU_FAULT,
                     s.spec.name,
                     culprit,
                     0.9,
@@ -625,7 +644,7 @@ def score_gpu(ctx: ScoreContext, job_gpus: Sequence[str]) -> list[Evidence]:
             # Application XIDs (13, 31, 43, 45...) usually follow a crash; weak.
             out.append(
                 Evidence(
-                    "gpu_fault",
+                    Cause.GPU_FAULT,
                     s.spec.name,
                     culprit,
                     0.4,
@@ -634,6 +653,12 @@ def score_gpu(ctx: ScoreContext, job_gpus: Sequence[str]) -> list[Evidence]:
                     f"XID {xid} on GPU {gpu}",
                 )
             )
+    return out
+
+
+def _score_unhealthy(ctx: ScoreContext) -> list[Evidence]:
+    """GPUs the collector marked unhealthy (lost) around the onset."""
+    out: list[Evidence] = []
     for s in ctx.store.family(sig.GPU_HEALTHY):
         if not ctx.in_scope(s.labels[0]):
             continue
@@ -646,7 +671,7 @@ def score_gpu(ctx: ScoreContext, job_gpus: Sequence[str]) -> list[Evidence]:
             gpu = s.labels[0]
             out.append(
                 Evidence(
-                    "gpu_fault",
+                    Cause.GPU_FAULT,
                     s.spec.name,
                     Culprit(f"gpu:{gpu}", "gpu", (("gpu", gpu),)),
                     0.95,
@@ -655,6 +680,13 @@ def score_gpu(ctx: ScoreContext, job_gpus: Sequence[str]) -> list[Evidence]:
                     f"GPU {gpu} reported unhealthy (lost)",
                 )
             )
+    return out
+
+
+def _score_vanished(ctx: ScoreContext, job_gpus: Sequence[str]) -> list[Evidence]:
+    """Job GPUs whose telemetry stopped while the others' continued."""
+    st = ctx.settings
+    out: list[Evidence] = []
     # Telemetry collapse: one job GPU stops reporting while the others continue.
     fresh_count = 0
     vanished: list[str] = []
@@ -675,7 +707,7 @@ def score_gpu(ctx: ScoreContext, job_gpus: Sequence[str]) -> list[Evidence]:
         for gpu in vanished:
             out.append(
                 Evidence(
-                    "gpu_fault",
+                    Cause.GPU_FAULT,
                     sig.GPU_POWER,
                     Culprit(f"gpu:{gpu}", "gpu", (("gpu", gpu),)),
                     0.7,
@@ -719,7 +751,7 @@ def score_storage(ctx: ScoreContext) -> list[Evidence]:
                 score = 0.85 + 0.1 * min(1.0, math.log10(ratio / st.storage_latency_ratio))
                 culprit = path_culprit(s)
                 text = f"{what} on {_where(culprit)}: {peak * 1000:,.2f} ms ({_times(peak, b)})"
-                out.append(Evidence("storage_latency", fam, culprit, score, peak, b, text))
+                out.append(Evidence(Cause.STORAGE_LATENCY, fam, culprit, score, peak, b, text))
     for s in ctx.store.family(sig.ST_PROBE_FAIL):
         on, _ = ctx.windows(s)
         events = _new_events(s, ctx, on)
@@ -728,7 +760,7 @@ def score_storage(ctx: ScoreContext) -> list[Evidence]:
             reason = s.labels[1] if len(s.labels) > 1 else "other"
             out.append(
                 Evidence(
-                    "storage_latency",
+                    Cause.STORAGE_LATENCY,
                     s.spec.name,
                     culprit,
                     0.9,
@@ -743,14 +775,14 @@ def score_storage(ctx: ScoreContext) -> list[Evidence]:
             score = 0.85 + 0.1 * min(1.0, math.log10(max(ratio / st.burst_factor, 1.0)) / 2.0)
             culprit = path_culprit(s)
             text = f"write burst on {_where(culprit)}: {peak / 1e6:,.0f} MB/s ({_times(peak, b)})"
-            out.append(Evidence("checkpoint_write", s.spec.name, culprit, score, peak, b, text))
+            out.append(Evidence(Cause.CHECKPOINT_WRITE, s.spec.name, culprit, score, peak, b, text))
     for s in ctx.store.family(sig.ST_WRITE_BURST):
         on, _ = ctx.windows(s)
         if on and ctx.level(on.values, lasting=False) >= 0.5:
             culprit = path_culprit(s)
             out.append(
                 Evidence(
-                    "checkpoint_write",
+                    Cause.CHECKPOINT_WRITE,
                     s.spec.name,
                     culprit,
                     0.8,

@@ -14,20 +14,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+from fabricwatch.engine.causes import Cause, cause_text
 from fabricwatch.engine.evidence import Culprit, Evidence
 
 SCHEMA = "fabricwatch.incident/v1"
 TransitionKind = Literal["opened", "updated", "resolved"]
-CAUSE_TEXT = {
-    "pfc_storm": "PFC pause storm",
-    "ecn_congestion": "ECN congestion",
-    "link_down": "link down",
-    "nvlink_degraded": "NVLink degraded",
-    "gpu_fault": "GPU fault",
-    "checkpoint_write": "checkpoint write stall",
-    "storage_latency": "slow storage",
-    "unknown": "unknown",
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,20 +92,40 @@ def summarize(
     cause: str,
     confidence: float,
     evidence: tuple[Evidence, ...],
+    missing: Iterable[str] = (),
 ) -> str:
-    """One sentence: what stalled, for how long, why, how sure."""
+    """One sentence: what stalled, for how long, why, how sure.
+
+    An ``unknown`` verdict names the evidence groups this node does not
+    report (``missing``: "no host PFC counters on this node"), which is
+    often why nothing explains the stall.
+    """
     g = list(gpus)
     what = "GPU" if len(g) == 1 else "GPUs"
     state = "idle" if kind == "stall" else "slowed down"
-    text = (
-        f"{what} {gpu_list(g)} {state} for {seconds:.0f} s; cause: {CAUSE_TEXT.get(cause, cause)}"
-    )
+    text = f"{what} {gpu_list(g)} {state} for {seconds:.0f} s; cause: {cause_text(cause)}"
     top = next((e for e in evidence if e.cause == cause), None)
-    if cause != "unknown" and top is not None:
+    if cause != Cause.UNKNOWN and top is not None:
         text += f" ({top.text})"
     elif evidence:
         text += f" (strongest signal, too weak to attribute: {evidence[0].text})"
+    if cause == Cause.UNKNOWN:
+        absent = [_GROUP_TEXT.get(m, m) for m in missing]
+        if absent:
+            text += f"; no {', no '.join(absent)} on this node"
     return text + f"; confidence {confidence:.2f}"
+
+
+# Evidence groups (signals.FAMILY_GROUPS) in words, for "no ... on this node".
+_GROUP_TEXT = {
+    "switch_pfc": "switch PFC counters",
+    "nic_pfc": "host PFC counters",
+    "congestion": "ECN/CNP counters",
+    "link": "link state",
+    "nvlink": "NVLink counters",
+    "xid": "XID events",
+    "storage": "storage counters",
+}
 
 
 def _iso(ts: float | None) -> str | None:

@@ -19,7 +19,13 @@ class EngineSettings:
     """Settings of the correlation engine (the ``[engine]`` config table)."""
 
     enabled: bool = option(True, "Run the correlation engine.")
-    tick: float = option(1.0, "Seconds between engine ticks.", min=0.05, max=60.0, duration=True)
+    tick: float = option(
+        1.0,
+        "Seconds between steps of `fabricwatch replay` (the daemon's engine ticks at daemon.tick).",
+        min=0.05,
+        max=60.0,
+        duration=True,
+    )
     min_duration: float = option(
         10.0,
         "A stall without strong evidence opens an incident after this long; shorter idle "
@@ -194,7 +200,7 @@ class EngineSettings:
         100_000, "At most this many incidents are kept.", min=10, max=100_000_000
     )
 
-    def at_spacing(self, spacing: float) -> EngineSettings:
+    def at_spacing(self, spacing: float, tick: float = 1.0) -> EngineSettings:
         """These settings scaled to an observed sample spacing (seconds).
 
         The defaults are written for 1 s samples; Prometheus data comes at
@@ -204,9 +210,10 @@ class EngineSettings:
         active" for 4 samples, an incident is re-scored at most once a
         sample. Durations in samples (``min_duration_with_evidence`` = 2
         polls) follow from the sample times themselves. At 1 s (or faster)
-        the settings are returned unchanged.
+        the settings are returned unchanged (``tick``: the engine's tick, the
+        fastest spacing it can see).
         """
-        if not spacing > self.tick:
+        if not spacing > tick:
             return self
         return replace(
             self,

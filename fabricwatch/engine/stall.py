@@ -76,14 +76,18 @@ _Handles = tuple[Series | None, ...]
 class StallDetector:
     """Classifies every GPU on each tick from the snapshot store.
 
+    ``tick`` is the seconds between :meth:`observe` calls (the daemon's
+    tick): the baselines follow work with time constants in seconds.
+
     The series it reads each tick are looked up once and reused for as long
     as the store holds exactly the same series objects of the GPU families
     (checked by identity each tick, which is cheap), so a tick costs a few
     attribute reads per GPU rather than a dictionary walk per family.
     """
 
-    def __init__(self, settings: EngineSettings) -> None:
+    def __init__(self, settings: EngineSettings, tick: float = 1.0) -> None:
         self._s = settings
+        self._tick = tick
         self.gpus: dict[str, GpuState] = {}
         self._seen: tuple[Series, ...] = ()
         self._spacing = 1.0
@@ -216,7 +220,7 @@ class StallDetector:
             # idle one, had the stall start inside it.
             sp = self._spacing
             if (
-                sp > 2 * s.tick
+                sp > 2 * self._tick
                 and before is not None
                 and st.baseline
                 and before < 0.5 * st.baseline
@@ -240,7 +244,7 @@ class StallDetector:
         st.slow = slow
         # The baseline follows normal work quickly and slow phases only slowly,
         # so a long evaluation phase eventually becomes the new normal.
-        alpha = s.tick / (600.0 if slow else 60.0)
+        alpha = self._tick / (600.0 if slow else 60.0)
         st.baseline += alpha * (st.work - st.baseline)
 
     def retune(self, settings: EngineSettings, spacing: float) -> None:

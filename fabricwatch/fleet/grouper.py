@@ -25,7 +25,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from fabricwatch.engine.incidents import CAUSE_TEXT, TransitionKind, gpu_list
+from fabricwatch.engine.causes import cause_text
+from fabricwatch.engine.incidents import TransitionKind, gpu_list
 from fabricwatch.fleet.jobs import (
     INFRA_KINDS,
     Candidate,
@@ -684,7 +685,7 @@ def _group_summary(
     """``leaf-7 swp12: PFC pause storm stalled 32 nodes / 256 GPUs; 8,192 GPU-seconds lost``."""
     verb = "stalled" if kind == "stall" else "slowed down"
     summary = (
-        f"{where}: {CAUSE_TEXT.get(cause, cause)} {verb} {nodes} "
+        f"{where}: {cause_text(cause)} {verb} {nodes} "
         f"node{'s' if nodes != 1 else ''} / {gpus} GPU{'s' if gpus != 1 else ''}"
     )
     if offline:

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from fabricwatch.engine.incidents import CAUSE_TEXT
+from fabricwatch.engine.causes import cause_text
 from fabricwatch.fleet.model import Member
 
 TIER = 0.15
@@ -172,7 +172,7 @@ def _plural(n: int, word: str) -> str:
 
 def origin_text(c: Candidate) -> str:
     """``gpu-017, PFC pause storm on NIC mlx5_3 ...`` (the evidence, else the cause)."""
-    return f"{c.node}, {c.evidence or CAUSE_TEXT.get(c.cause, c.cause)}"
+    return f"{c.node}, {c.evidence or cause_text(c.cause)}"
 
 
 def job_summary(

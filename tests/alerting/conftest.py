@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
+from fabricwatch.engine.causes import Cause
 from fabricwatch.engine.evidence import Culprit, Evidence
 from fabricwatch.engine.incidents import Incident, IncidentTransition
 from tests.conftest import free_port
@@ -49,7 +50,7 @@ def make_incident(
     )
     evidence = tuple(
         Evidence(
-            cause,
+            Cause(cause),
             "fabricwatch_switch_pfc_pause_ratio",
             culprit,
             0.9 - 0.1 * i,

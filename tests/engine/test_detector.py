@@ -45,3 +45,28 @@ def test_replaced_series_and_new_gpus_are_picked_up() -> None:
     feed(store, t, {"0": 0.9, "2": 0.0})
     det.observe(store, t, 1.0)
     assert work(det) == {"0": 0.9, "1": 0.8, "2": 0.0}
+
+
+def _baseline_after_slow_work(tick: float) -> float:
+    """A GPU's work baseline after 60 s of work at half its level, ticked every ``tick`` s."""
+    store = new_store()
+    det = StallDetector(EngineSettings(), tick)
+    t = 0.0
+    for _ in range(round(30 / tick)):
+        t += tick
+        feed(store, t, {"0": 0.8})
+        det.observe(store, t, tick)
+    for _ in range(round(60 / tick)):
+        t += tick
+        feed(store, t, {"0": 0.4})
+        det.observe(store, t, tick)
+    baseline = det.gpus["0"].baseline
+    assert baseline is not None
+    return baseline
+
+
+def test_baseline_follows_work_in_seconds_whatever_the_tick() -> None:
+    """The daemon's tick (not an assumed 1 s) paces the baselines: a 0.5 s
+    tick must not make the slow-work baseline follow twice as fast."""
+    fast, slow = _baseline_after_slow_work(0.5), _baseline_after_slow_work(1.0)
+    assert abs(fast - slow) < 0.01

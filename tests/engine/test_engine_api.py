@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from fabricwatch.engine import Engine, EngineSettings, IncidentDB
-from fabricwatch.engine.evidence import CAUSES
+from fabricwatch.engine.causes import Cause
 from fabricwatch.errors import ConfigError
 from fabricwatch.readings import MetricKind
 from fabricwatch.settings import build
@@ -62,7 +62,7 @@ def test_metrics_and_cost_through_a_store() -> None:
     assert store.get("fabricwatch_incidents_opened", ("link_down",)).value == 0.0  # type: ignore[union-attr]
     # After the stall every (gpu, cause) series reads 0: nothing lingers at 1.
     stalled = [r for r in engine.readings() if r.name.endswith("stalled")]
-    assert {r.labels[1] for r in stalled} == set(CAUSES)
+    assert {r.labels[1] for r in stalled} == set(Cause)
     assert all(r.value == 0.0 for r in stalled)
     flag = store.get("fabricwatch_gpu_stalled", ("0", "pfc_storm"))
     assert flag is not None and flag.value == 0.0

@@ -163,6 +163,20 @@ def test_a_dip_with_a_one_poll_ecn_burst_is_no_incident() -> None:
     assert incs == [], [i.summary for i in incs]
 
 
+def test_a_dip_with_a_sustained_ecn_burst_is_no_incident() -> None:
+    # Found by engine_eval on held-out seed 31337 (concurrent): a 2-3 s
+    # evaluation dip that coincides with an ECN burst lasting 2-3 samples.
+    # Congestion slows traffic without stopping it: no shorter minimum.
+    totals: dict[str, float] = {}
+
+    def ecn(t: float, out: list[Sample]) -> None:
+        rate = 30_000.0 if 999 <= t <= 1003 else 10.0
+        out.append((T0 + t + 0.2, sig.NIC_ECN, ("mlx5_0", "1"), counter(totals, "e", rate, 1.0)))
+
+    incs = replay(node(1.0, 1200, (1000, 1003), extra=ecn))
+    assert incs == [], [i.summary for i in incs]
+
+
 # 6. NVLink error counters
 
 

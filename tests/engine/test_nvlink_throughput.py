@@ -200,3 +200,20 @@ def test_straggler_waits_in_an_evaluation_phase_are_not_a_collapsed_link(seed: i
         seed=seed,
     )
     assert run_live(sc) == []
+
+
+def test_half_the_gpus_falling_together_is_a_phase_not_a_link() -> None:
+    # Found by engine_eval on held-out seed 31337 (concurrent variant): before
+    # an evaluation dip half of the node's GPUs were in their compute phase
+    # (NVLink at a third of its mean) while the other half still talked;
+    # each "collapsed" GPU stood out from a peer median set by the other half.
+    store = new_store()
+    _feed(store, 8, {"*": 20e9}, {"*": 0.8}, seconds=range(100), link="total")
+    low = {"*": 20e9, **{str(g): 6e9 for g in range(4)}}
+    _feed(store, 8, low, {"*": 0.8}, seconds=range(100, 103), link="total")
+    assert _score(store, 103.0) == []
+    # One GPU alone at that level is still its links.
+    store = new_store()
+    _feed(store, 8, {"*": 20e9}, {"*": 0.8}, seconds=range(100), link="total")
+    _feed(store, 8, {"*": 20e9, "1": 6e9}, {"*": 0.8}, seconds=range(100, 103), link="total")
+    assert _score(store, 103.0) == ["gpu:1"]

@@ -15,6 +15,7 @@ from typing import Any
 import aiohttp
 import aiomqtt
 
+from fabricwatch.engine.causes import Cause
 from fabricwatch.engine.db import IncidentDB
 from fabricwatch.engine.evidence import Culprit, Evidence
 from fabricwatch.engine.incidents import Incident, IncidentTransition, to_json
@@ -60,7 +61,7 @@ def incident(
     c = culprit or switch_culprit()
     ev = (
         Evidence(
-            cause,
+            Cause(cause),
             "fabricwatch_switch_pfc_pause_ratio",
             c,
             0.95,

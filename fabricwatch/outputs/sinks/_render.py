@@ -5,13 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from fabricwatch.engine.incidents import CAUSE_TEXT, gpu_list
+from fabricwatch.engine.incidents import gpu_list
 from fabricwatch.outputs.outbox import Delivery
-
-
-def cause_text(cause: str) -> str:
-    """``pfc_storm`` -> ``PFC pause storm``."""
-    return CAUSE_TEXT.get(cause, cause)
 
 
 def culprit_of(incident: Mapping[str, Any]) -> str:

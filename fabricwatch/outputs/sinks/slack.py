@@ -13,10 +13,10 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from fabricwatch.engine.causes import cause_text
 from fabricwatch.outputs.outbox import Delivery
 from fabricwatch.outputs.sinks._http import HttpSink
 from fabricwatch.outputs.sinks._render import (
-    cause_text,
     culprit_of,
     evidence_lines,
     gpus_of,
