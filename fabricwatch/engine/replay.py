@@ -214,7 +214,7 @@ def run_span(
     """
     out = SpanRun()
     store = replay_store()
-    engine = Engine(settings, store, node, db)
+    engine = Engine(settings, store, node, db, tick=settings.tick)
     rows, times, ticks, expire = plan.rows, plan.times, plan.ticks, plan.expire
     ingest = store.ingest
     i = 0 if begin == 0 else bisect_right(times, ticks[begin - 1])
