@@ -348,17 +348,13 @@ class Engine:
             history = [0.0] * chunks
             ok = bool(links)
             for x in links:
-                r = sig.window(x, now - w, now)
-                if len(r.values) < 2:
+                means = sig.chunk_means(x, now, w, chunks)
+                if means is None:
                     ok = False
                     break
-                recent += sum(r.values) / len(r.values)
+                recent += means[0]
                 for j in range(chunks):
-                    c = sig.window(x, now - (j + 2) * w, now - (j + 1) * w - 1e-3)
-                    if len(c.values) < 2:
-                        ok = False
-                        break
-                    history[j] += sum(c.values) / len(c.values)
+                    history[j] += means[j + 1]
             if not ok:
                 continue
             base = sig.median(history)

@@ -116,6 +116,38 @@ def window(series: Series, start: float, end: float) -> Window:
     return Window(tuple(vals), tuple(times))
 
 
+def chunk_means(series: Series, now: float, width: float, chunks: int) -> list[float] | None:
+    """Means of ``series`` over the latest window and the ``chunks`` before it, in one walk.
+
+    Element 0 is the mean over ``[now - width, now]``; element ``j + 1`` the mean
+    over ``[now - (j + 2) * width, now - (j + 1) * width - 1e-3]``: exactly what
+    :func:`window` gives for each of those spans (same bounds, same summation
+    order), but the ring is walked once instead of once per chunk, which made
+    the shallow-slowdown check quadratic in its history. None when any span
+    holds fewer than two points.
+    """
+    buckets: list[list[float]] = [[] for _ in range(chunks + 1)]
+    oldest = now - (chunks + 1) * width
+    for p in reversed(series.history):
+        ts = p.ts
+        if ts > now:
+            continue
+        if ts < oldest:
+            break
+        if ts >= now - width:
+            buckets[0].append(p.value)
+            continue
+        guess = int((now - ts) / width) - 1
+        for j in (guess - 1, guess, guess + 1):
+            if 0 <= j < chunks and now - (j + 2) * width <= ts <= now - (j + 1) * width - 1e-3:
+                buckets[j + 1].append(p.value)
+                break
+    if any(len(b) < 2 for b in buckets):
+        return None
+    # Oldest first, as window() sums them, so the figures are bit-for-bit the same.
+    return [sum(reversed(b)) / len(b) for b in buckets]
+
+
 def median(values: Iterable[float]) -> float:
     """Median of a non-empty collection (NaN when empty)."""
     s = sorted(values)

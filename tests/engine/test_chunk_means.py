@@ -1,0 +1,55 @@
+"""signals.chunk_means equals window() span by span (the slowdown check's one-walk form)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from fabricwatch.engine import signals as sig
+from fabricwatch.readings import Reading
+from fabricwatch.store import Series
+from fabricwatch.testing.sim_scenarios import new_store
+
+
+def _by_window(series: Series, now: float, w: float, chunks: int) -> list[float] | None:
+    spans = [(now - w, now)] + [
+        (now - (j + 2) * w, now - (j + 1) * w - 1e-3) for j in range(chunks)
+    ]
+    out = []
+    for lo, hi in spans:
+        vals = sig.window(series, lo, hi).values
+        if len(vals) < 2:
+            return None
+        out.append(sum(vals) / len(vals))
+    return out
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_one_walk_gives_what_a_window_per_chunk_gives(seed: int) -> None:
+    rnd = random.Random(seed)
+    store = new_store(history=rnd.choice([60, 300, 600]))
+    t = 1000.0
+    step = rnd.choice([0.5, 1.0, 1.0, 5.0, 15.0])
+    for _ in range(rnd.randint(5, 700)):
+        # Irregular spacing and gaps, as collectors deliver them.
+        t += step * rnd.choice([1.0, 1.0, 1.0, 0.999, 1.001, 3.0, 0.0001])
+        store.ingest("nvml", [Reading(sig.GPU_SM, ("0",), rnd.random())], now=t)
+    series = store.get(sig.GPU_SM, ("0",))
+    assert series is not None
+    for _ in range(40):
+        now = t - rnd.random() * 60 * step
+        w = step * rnd.choice([2.0, 3.0, 4.5, 10.0, 17.3])
+        chunks = rnd.randint(1, 12)
+        assert sig.chunk_means(series, now, w, chunks) == _by_window(series, now, w, chunks)
+
+
+def test_a_span_with_one_point_is_no_mean() -> None:
+    store = new_store()
+    for k in range(30):
+        store.ingest("nvml", [Reading(sig.GPU_SM, ("0",), float(k))], now=100.0 + k)
+    series = store.get(sig.GPU_SM, ("0",))
+    assert series is not None
+    assert sig.chunk_means(series, 129.0, 5.0, 3) == [26.5, 21.0, 16.0, 11.0]
+    # Ten chunks of 5 s reach back before the first point.
+    assert sig.chunk_means(series, 129.0, 5.0, 10) is None
