@@ -71,7 +71,6 @@ from fabricwatch.collectors import builtin_registry
 from fabricwatch.collectors.gpu import Activity, GpuCollector, GpuSample, GpuSettings, SimulatedGPUs
 from fabricwatch.collectors.gpu._types import GpuEvent
 from fabricwatch.collectors.nic import NicCollector, NicSettings
-from fabricwatch.collectors.nic._fixture import NicFixture, mlx5_ethtool_names
 from fabricwatch.collectors.storage import StorageCollector, StorageSettings
 from fabricwatch.collectors.switch.simagent import SimAgent, SimPort, SimSwitch
 from fabricwatch.config import parse_config
@@ -80,6 +79,7 @@ from fabricwatch.logs import configure_logging
 from fabricwatch.outputs.exposition import generate_text
 from fabricwatch.readings import MetricSpec, Reading
 from fabricwatch.store import IngestResult, SnapshotStore
+from fabricwatch.testing.sim_nic import NicFixture, mlx5_ethtool_names
 
 T = TypeVar("T")
 

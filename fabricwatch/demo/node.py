@@ -31,7 +31,6 @@ from fabricwatch.collector import Collector, CollectorEnv, CollectorFactory, Reg
 from fabricwatch.collectors import builtin_registry
 from fabricwatch.collectors.gpu import Activity, GpuCollector, GpuSample, GpuSettings, SimulatedGPUs
 from fabricwatch.collectors.nic import NicCollector, NicSettings
-from fabricwatch.collectors.nic._fixture import NicFixture, mlx5_ethtool_names
 from fabricwatch.collectors.storage import StorageCollector, StorageSettings
 from fabricwatch.collectors.switch.simagent import SimAgent, SimSwitch, demo_switch
 from fabricwatch.demo.scenarios import (
@@ -48,6 +47,7 @@ from fabricwatch.demo.scenarios import (
     Work,
 )
 from fabricwatch.readings import MetricSpec, Reading
+from fabricwatch.testing.sim_nic import NicFixture, mlx5_ethtool_names
 
 GPU_MODEL = "H100"
 NIC_PCI = "0000:3b:00.0"
