@@ -35,7 +35,7 @@ from fabricwatch.settings import option
 
 from . import _ethtool as et
 from ._ethtool import Classifier, DirEthtoolSource, EthtoolSource, IoctlEthtool
-from ._signals import (
+from ._ratios import (
     RateSignals,
     pause_ratio_from_duration,
     pause_ratio_from_frames,
