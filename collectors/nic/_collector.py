@@ -7,7 +7,7 @@ import fnmatch
 import resource
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import structlog
 
@@ -17,7 +17,13 @@ from fabricwatch.errors import CollectorError
 from fabricwatch.readings import MetricSpec, Reading
 
 from . import _ethtool as et
-from ._ethtool import Classifier, DirEthtoolSource, EthtoolSource, IoctlEthtool
+from ._ethtool import (
+    SATURATED_VALUES,
+    Classifier,
+    DirEthtoolSource,
+    EthtoolSource,
+    IoctlEthtool,
+)
 from ._metrics import (
     CC_PRESENT,
     CNP_HANDLED,
@@ -147,6 +153,50 @@ _HW_DROPS = ("rx_drops",)  # efa
 _ACTIVE_STATES = (4, 5)
 
 
+_PMA_MAX = tuple((name, (1 << width) - 1) for name, width in _PMA_WIDTH.items())
+_new_reading = tuple.__new__
+"""``Reading(...)`` without NamedTuple's Python-level ``__new__`` (same object, all six fields)."""
+_CAN_SATURATE = next(iter(SATURATED_VALUES))
+
+
+@dataclass(frozen=True, slots=True)
+class _CounterPlan:
+    """Which readings one port's counter files give, for one set of file names.
+
+    The files a port has change only on a rescan or a failed read, so the
+    per-name decisions (family, labels, the one driver name per congestion
+    signal) are made once per set of names instead of once per cycle.
+    Entries are (file name, family, labels, multiplier), in emission order.
+    """
+
+    names: tuple[tuple[str, ...], tuple[str, ...]]
+    counters: tuple[tuple[str, str, tuple[str, ...], int], ...]
+    congestion: tuple[tuple[str, str, tuple[str, ...], int], ...]
+    hw: tuple[tuple[str, str, tuple[str, ...], int], ...]
+    cc_present: float
+
+
+@dataclass(frozen=True, slots=True)
+class _Stat:
+    """One driver statistic of one bond member that the collector uses (see :class:`_StatPlan`)."""
+
+    name: str
+    key: et.StatKey
+    kt: tuple[str, str, str]  # the key as a plain tuple: hashed in C
+    can_saturate: bool
+    ratio: int  # 0: none, 1: from a pause duration, 2: from pause frames
+    slot: tuple[str, str, bool]  # (priority, direction, link-level)
+    rate_key: str  # the RateSignals key: a str hashes once
+
+
+@dataclass(frozen=True, slots=True)
+class _StatPlan:
+    """The statistics :meth:`Classifier.select_named` picks from one member's names."""
+
+    names: tuple[str, ...]
+    stats: tuple[_Stat, ...]
+
+
 @dataclass(slots=True)
 class _Port:
     reader: PortReader
@@ -154,6 +204,11 @@ class _Port:
     labels: tuple[str, str]
     epoch: int
     member_bps: dict[str, float]
+    plan: _CounterPlan | None = None
+    stat_plans: dict[str, _StatPlan] = field(default_factory=dict)
+    emit: dict[tuple[str, str, str], tuple[str, tuple[str, ...], float] | None] = field(
+        default_factory=dict
+    )
 
 
 class NicCollector:
@@ -281,6 +336,8 @@ class NicCollector:
             else:
                 port.place = place
                 port.member_bps = speeds
+                # A bond member that left must not keep its plan (or grow them forever).
+                port.stat_plans = {m: sp for m, sp in port.stat_plans.items() if m in place.members}
         self._gpus = []
         if self._settings.gpu_locality:
             gpus = find_gpus(root)
@@ -330,63 +387,48 @@ class NicCollector:
         lab = port.labels
         ep = port.epoch
         place = port.place
-        out.append(
-            Reading(
-                INFO.name,
-                (*lab, place.netdev, place.pci_address, str(place.numa_node), s.link_layer),
-                1.0,
-            )
-        )
+        new, reading = _new_reading, Reading
+        push = out.append
+        info = (*lab, place.netdev, place.pci_address, str(place.numa_node), s.link_layer)
+        push(new(reading, (INFO.name, info, 1.0, None, None, None)))
         if s.state is not None:
-            out.append(Reading(PORT_STATE.name, lab, float(s.state[0])))
-            out.append(Reading(LINK_UP.name, lab, 1.0 if s.state[0] in _ACTIVE_STATES else 0.0))
+            state = s.state[0]
+            push(new(reading, (PORT_STATE.name, lab, float(state), None, None, None)))
+            up = 1.0 if state in _ACTIVE_STATES else 0.0
+            push(new(reading, (LINK_UP.name, lab, up, None, None, None)))
         if s.phys_state is not None:
-            out.append(Reading(PHYS_STATE.name, lab, float(s.phys_state[0])))
+            push(new(reading, (PHYS_STATE.name, lab, float(s.phys_state[0]), None, None, None)))
         if s.rate_bps is not None:
-            out.append(Reading(LINK_RATE.name, lab, s.rate_bps / 8.0))
+            push(new(reading, (LINK_RATE.name, lab, s.rate_bps / 8.0, None, None, None)))
         c = s.counters
-        pinned = {n for n, w in _PMA_WIDTH.items() if c.get(n) == (1 << w) - 1}
+        pinned = {n for n, top in _PMA_MAX if c.get(n) == top}
         if pinned:
             self._flag_saturated(lab, pinned, out)
             c = {n: v for n, v in c.items() if n not in pinned}
-        if (v := c.get("port_xmit_data")) is not None:
-            out.append(Reading(TX_BYTES.name, lab, float(v * 4), epoch=ep))
-        if (v := c.get("port_rcv_data")) is not None:
-            out.append(Reading(RX_BYTES.name, lab, float(v * 4), epoch=ep))
-        for name, spec in _SIMPLE_COUNTERS:
-            if (v := c.get(name)) is not None:
-                out.append(Reading(spec.name, lab, float(v), epoch=ep))
-        if (v := c.get("port_xmit_discards")) is not None:
-            out.append(Reading(DROPS.name, (*lab, "port_xmit_discards"), float(v), epoch=ep))
-        for name in _PMA_ERRORS:
-            if (v := c.get(name)) is not None:
-                out.append(Reading(PORT_ERRORS.name, (*lab, name), float(v), epoch=ep))
+        hw = s.hw_counters
+        names = (tuple(c), tuple(hw))
+        plan = port.plan
+        if plan is None or plan.names != names:
+            plan = port.plan = _counter_plan(lab, names)
+        for name, family, labels, mult in plan.counters:
+            push(new(reading, (family, labels, float(c[name] * mult), None, ep, None)))
         wait = c.get("port_xmit_wait")
         if wait is not None and s.rate_bps:
             rate = self._signals.rate((lab, "xmit_wait"), wait, ts, bits=32, epoch=ep)
             if rate is not None:
                 ratio = xmit_wait_ratio(rate, s.rate_bps, self._settings.xmit_wait_tick_bytes)
-                out.append(Reading(XMIT_WAIT_RATIO.name, lab, ratio))
-        hw = s.hw_counters
-        present = 0.0
-        done: set[str] = set()
-        for name, spec in _CONGESTION:
-            if spec.name not in done and (v := hw.get(name)) is not None:
-                present = 1.0
-                done.add(spec.name)  # one driver's name per signal
-                out.append(Reading(spec.name, lab, float(v), epoch=ep))
-        out.append(Reading(CC_PRESENT.name, lab, present))
-        for name in _Q_COUNTERS:
-            if (v := hw.get(name)) is not None:
-                out.append(Reading(TRANSPORT.name, (*lab, name), float(v), epoch=ep))
-        for name in _HW_DROPS:
-            if (v := hw.get(name)) is not None:
-                out.append(Reading(DROPS.name, (*lab, name), float(v), epoch=ep))
+                push(new(reading, (XMIT_WAIT_RATIO.name, lab, ratio, None, None, None)))
+        for name, family, labels, mult in plan.congestion:
+            push(new(reading, (family, labels, float(hw[name] * mult), None, ep, None)))
+        push(new(reading, (CC_PRESENT.name, lab, plan.cc_present, None, None, None)))
+        for name, family, labels, mult in plan.hw:
+            push(new(reading, (family, labels, float(hw[name] * mult), None, ep, None)))
         if s.errors:
             total = self._read_errors.get(lab, 0) + len(s.errors)
             self._read_errors[lab] = total
         if lab in self._read_errors or s.errors:
-            out.append(Reading(READ_ERRORS.name, lab, float(self._read_errors.get(lab, 0))))
+            errors = float(self._read_errors.get(lab, 0))
+            push(new(reading, (READ_ERRORS.name, lab, errors, None, None, None)))
 
     def _flag_saturated(self, lab: tuple[str, str], names: set[str], out: list[Reading]) -> None:
         """Export and log (once per counter) counters pinned at their maximum."""
@@ -404,43 +446,72 @@ class NicCollector:
                     "clear the port counters (perfquery -x -R) to re-arm it",
                 )
 
+    def _stat_plan(
+        self, lab: tuple[str, str], member: str, stats: dict[str, int], names: tuple[str, ...]
+    ) -> _StatPlan:
+        chosen = []
+        for key, _, name in self._classifier.select_named(stats):
+            kind = key.kind
+            if kind in (et.PAUSE_DURATION_US, et.LINK_PAUSE_DURATION_US):
+                ratio = 1
+            elif kind in (et.PAUSE_FRAMES, et.LINK_PAUSE_FRAMES):
+                ratio = 2
+            else:
+                ratio = 0
+            kt = (kind, key.priority, key.qualifier)
+            chosen.append(
+                _Stat(
+                    name,
+                    key,
+                    kt,
+                    et.saturated(key, _CAN_SATURATE),
+                    ratio,
+                    (key.priority, key.qualifier, kind.startswith("link")),
+                    "\0".join((*lab, member, *kt)),
+                )
+            )
+        return _StatPlan(names, tuple(chosen))
+
     def _ethtool_readings(self, port: _Port, s: PortSample, ts: float, out: list[Reading]) -> None:
         assert self._ethtool is not None
         lab = port.labels
         ep = port.epoch
-        sums: dict[et.StatKey, int] = {}
+        members = port.place.members
+        sums: dict[tuple[str, str, str], int] = {}
         ratios: dict[tuple[str, str, bool], float] = {}  # (priority, direction, link-level) -> max
         has_duration: set[tuple[str, str, bool]] = set()
         ok = True
         pinned: set[str] = set()
-        skip: set[et.StatKey] = set()
-        for member in port.place.members:
+        skip: set[tuple[str, str, str]] = set()
+        signal_rate = self._signals.rate
+        for member in members:
             try:
                 stats = self._ethtool.stats(member)
             except CollectorError:
                 ok = False
                 break
-            selected = []
-            for key, value, name in self._classifier.select_named(stats):
-                if et.saturated(key, value):
-                    pinned.add(name)
-                    skip.add(key)
-                else:
-                    selected.append((key, value))
+            names = tuple(stats)
+            plan = port.stat_plans.get(member)
+            if plan is None or plan.names != names:
+                plan = port.stat_plans[member] = self._stat_plan(lab, member, stats, names)
             link_bps = port.member_bps.get(member) or s.rate_bps or 0.0
-            if len(port.place.members) > 1 and member not in port.member_bps and s.rate_bps:
-                link_bps = s.rate_bps / len(port.place.members)
-            for key, value in selected:
-                sums[key] = sums.get(key, 0) + value
-                dur = key.kind in (et.PAUSE_DURATION_US, et.LINK_PAUSE_DURATION_US)
-                frames = key.kind in (et.PAUSE_FRAMES, et.LINK_PAUSE_FRAMES)
-                if not (dur or frames):
+            if len(members) > 1 and member not in port.member_bps and s.rate_bps:
+                link_bps = s.rate_bps / len(members)
+            for st in plan.stats:
+                value = stats[st.name]
+                if st.can_saturate and value in SATURATED_VALUES:
+                    pinned.add(st.name)
+                    skip.add(st.kt)
                     continue
-                slot = (key.priority, key.qualifier, key.kind.startswith("link"))
-                rate = self._signals.rate((lab, member, key), value, ts, epoch=ep)
+                kt = st.kt
+                sums[kt] = sums.get(kt, 0) + value
+                if not st.ratio:
+                    continue
+                rate = signal_rate(st.rate_key, value, ts, epoch=ep)
                 if rate is None:
                     continue
-                if dur:
+                slot = st.slot
+                if st.ratio == 1:
                     ratio = pause_ratio_from_duration(rate)
                     if slot not in has_duration:
                         has_duration.add(slot)
@@ -450,44 +521,93 @@ class NicCollector:
                 else:
                     ratio = pause_ratio_from_frames(rate, link_bps)
                 ratios[slot] = max(ratios.get(slot, 0.0), ratio)
-        out.append(Reading(ETHTOOL_UP.name, lab, 1.0 if ok else 0.0))
+        new, reading = _new_reading, Reading
+        push = out.append
+        push(new(reading, (ETHTOOL_UP.name, lab, 1.0 if ok else 0.0, None, None, None)))
         if not ok:
             return  # a partial sum across bond members would look like a counter reset
         if pinned:
             self._flag_saturated(lab, pinned, out)
-            for key in skip:
-                sums.pop(key, None)  # a bond sum missing one member would look like a reset
-        for key, value in sums.items():
-            kind = key.kind
+            for kt in skip:
+                sums.pop(kt, None)  # a bond sum missing one member would look like a reset
+        emit = port.emit
+        for kt, value in sums.items():
+            try:
+                how = emit[kt]
+            except KeyError:
+                how = emit[kt] = _emission(lab, kt)
+            if how is None:
+                continue
+            family, labels, divisor = how
             v = float(value)
-            if kind == et.PAUSE_FRAMES:
-                out.append(
-                    Reading(PAUSE_FRAMES.name, (*lab, key.priority, key.qualifier), v, epoch=ep)
-                )
-            elif kind == et.PAUSE_DURATION_US:
-                out.append(
-                    Reading(
-                        PAUSE_DURATION.name, (*lab, key.priority, key.qualifier), v / 1e6, epoch=ep
-                    )
-                )
-            elif kind == et.LINK_PAUSE_FRAMES:
-                out.append(Reading(LINK_PAUSE_FRAMES.name, (*lab, key.qualifier), v, epoch=ep))
-            elif kind == et.STORM:
-                out.append(Reading(STORM_EVENTS.name, (*lab, key.qualifier), v, epoch=ep))
-            elif kind == et.DROPS:
-                out.append(Reading(DROPS.name, (*lab, key.qualifier), v, epoch=ep))
-            elif kind == et.PRIORITY_DISCARDS:
-                out.append(
-                    Reading(
-                        PRIORITY_DISCARDS.name, (*lab, key.priority, key.qualifier), v, epoch=ep
-                    )
-                )
-            elif kind == et.PRIORITY_MARKED:
-                out.append(Reading(PRIORITY_MARKED.name, (*lab, key.priority), v, epoch=ep))
-            elif kind == et.LINK_DOWN:
-                out.append(Reading(LINK_DOWN_EVENTS.name, lab, v, epoch=ep))
+            if divisor:
+                v = v / divisor
+            push(new(reading, (family, labels, v, None, ep, None)))
         for (prio, direction, link_level), ratio in ratios.items():
             if link_level:
-                out.append(Reading(LINK_PAUSE_RATIO.name, (*lab, direction), ratio))
+                push(
+                    new(
+                        reading, (LINK_PAUSE_RATIO.name, (*lab, direction), ratio, None, None, None)
+                    )
+                )
             else:
-                out.append(Reading(PAUSE_RATIO.name, (*lab, prio, direction), ratio))
+                push(
+                    new(
+                        reading,
+                        (PAUSE_RATIO.name, (*lab, prio, direction), ratio, None, None, None),
+                    )
+                )
+
+
+_Entry = tuple[str, str, tuple[str, ...], int]
+
+
+def _counter_plan(
+    lab: tuple[str, str], names: tuple[tuple[str, ...], tuple[str, ...]]
+) -> _CounterPlan:
+    """The readings a port with these counter and hw_counter files gives (emission order)."""
+    cset, hset = set(names[0]), set(names[1])
+    counters: list[_Entry] = []
+    if "port_xmit_data" in cset:
+        counters.append(("port_xmit_data", TX_BYTES.name, lab, 4))  # 4-byte words
+    if "port_rcv_data" in cset:
+        counters.append(("port_rcv_data", RX_BYTES.name, lab, 4))
+    counters += [(n, spec.name, lab, 1) for n, spec in _SIMPLE_COUNTERS if n in cset]
+    if "port_xmit_discards" in cset:
+        counters.append(("port_xmit_discards", DROPS.name, (*lab, "port_xmit_discards"), 1))
+    counters += [(n, PORT_ERRORS.name, (*lab, n), 1) for n in _PMA_ERRORS if n in cset]
+    congestion: list[_Entry] = []
+    done: set[str] = set()
+    for n, spec in _CONGESTION:
+        if spec.name not in done and n in hset:
+            done.add(spec.name)  # one driver's name per signal
+            congestion.append((n, spec.name, lab, 1))
+    hw = [(n, TRANSPORT.name, (*lab, n), 1) for n in _Q_COUNTERS if n in hset]
+    hw += [(n, DROPS.name, (*lab, n), 1) for n in _HW_DROPS if n in hset]
+    return _CounterPlan(
+        names, tuple(counters), tuple(congestion), tuple(hw), 1.0 if congestion else 0.0
+    )
+
+
+def _emission(
+    lab: tuple[str, str], kt: tuple[str, str, str]
+) -> tuple[str, tuple[str, ...], float] | None:
+    """(family, labels, divisor) of the reading one summed driver statistic gives, or None."""
+    kind, prio, qual = kt
+    if kind == et.PAUSE_FRAMES:
+        return PAUSE_FRAMES.name, (*lab, prio, qual), 0.0
+    if kind == et.PAUSE_DURATION_US:
+        return PAUSE_DURATION.name, (*lab, prio, qual), 1e6  # exported in seconds
+    if kind == et.LINK_PAUSE_FRAMES:
+        return LINK_PAUSE_FRAMES.name, (*lab, qual), 0.0
+    if kind == et.STORM:
+        return STORM_EVENTS.name, (*lab, qual), 0.0
+    if kind == et.DROPS:
+        return DROPS.name, (*lab, qual), 0.0
+    if kind == et.PRIORITY_DISCARDS:
+        return PRIORITY_DISCARDS.name, (*lab, prio, qual), 0.0
+    if kind == et.PRIORITY_MARKED:
+        return PRIORITY_MARKED.name, (*lab, prio), 0.0
+    if kind == et.LINK_DOWN:
+        return LINK_DOWN_EVENTS.name, lab, 0.0
+    return None
