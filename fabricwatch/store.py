@@ -8,9 +8,11 @@ has one owner and one place to be read. Nothing is pushed to subscribers:
 ``/metrics`` and MQTT read the latest values, the engine reads the collectors'
 families (latest values and history) once per tick and writes its own
 results back as one more producer. Counters become rates here, with the same
-arithmetic as :class:`~fabricwatch.counters.CounterTracker`. Memory is bounded by configuration: each series keeps at
-most ``history`` points, and series not refreshed for ``stale_after`` seconds
-are dropped (a NIC unplugged, a GPU lost).
+arithmetic as :class:`~fabricwatch.counters.CounterTracker`.
+
+Memory is bounded by configuration: each series keeps at most ``history``
+points, and series not refreshed for ``stale_after`` seconds are dropped (a NIC
+unplugged, a GPU lost).
 
 History is packed: one preallocated ``array('d')`` ring of (ts, value)
 pairs per series (16 bytes a point, no per-point Python object for the
