@@ -297,9 +297,7 @@ class SnapshotStore:
                 result.reject("not_finite")
                 continue
             spec, family, is_counter, keep = route
-            if is_counter and value < 0:  # finite already: this is valid_sample()
-                # Before the series exists or is refreshed: a rejected sample
-                # must leave nothing behind for /metrics to serve.
+            if is_counter and value < 0:  # valid_sample(), before the series is made or refreshed
                 result.reject("negative")
                 continue
             ts = now if r_ts is None else r_ts

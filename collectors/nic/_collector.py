@@ -472,6 +472,26 @@ class NicCollector:
             )
         return _StatPlan(names, tuple(chosen))
 
+    @staticmethod
+    def _sum_readings(
+        port: _Port, sums: dict[tuple[str, str, str], int], out: list[Reading]
+    ) -> None:
+        """The bond-summed driver statistics as counter readings."""
+        emit, lab, ep = port.emit, port.labels, port.epoch
+        new, reading = _new_reading, Reading
+        for kt, value in sums.items():
+            try:
+                how = emit[kt]
+            except KeyError:
+                how = emit[kt] = _emission(lab, kt)
+            if how is None:
+                continue
+            family, labels, divisor = how
+            v = float(value)
+            if divisor:
+                v = v / divisor
+            out.append(new(reading, (family, labels, v, None, ep, None)))
+
     def _ethtool_readings(self, port: _Port, s: PortSample, ts: float, out: list[Reading]) -> None:
         assert self._ethtool is not None
         lab = port.labels
@@ -530,19 +550,7 @@ class NicCollector:
             self._flag_saturated(lab, pinned, out)
             for kt in skip:
                 sums.pop(kt, None)  # a bond sum missing one member would look like a reset
-        emit = port.emit
-        for kt, value in sums.items():
-            try:
-                how = emit[kt]
-            except KeyError:
-                how = emit[kt] = _emission(lab, kt)
-            if how is None:
-                continue
-            family, labels, divisor = how
-            v = float(value)
-            if divisor:
-                v = v / divisor
-            push(new(reading, (family, labels, v, None, ep, None)))
+        self._sum_readings(port, sums, out)
         for (prio, direction, link_level), ratio in ratios.items():
             if link_level:
                 push(
