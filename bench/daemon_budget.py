@@ -70,7 +70,8 @@ from fabricwatch.collector import Collector, CollectorEnv, CollectorFactory, Reg
 from fabricwatch.collectors import builtin_registry
 from fabricwatch.collectors.gpu import Activity, GpuCollector, GpuSample, GpuSettings, SimulatedGPUs
 from fabricwatch.collectors.gpu._types import GpuEvent
-from fabricwatch.collectors.nic import NicCollector, NicSettings
+from fabricwatch.collectors.nic._collector import NicCollector
+from fabricwatch.collectors.nic._settings import NicSettings
 from fabricwatch.collectors.storage import StorageCollector, StorageSettings
 from fabricwatch.collectors.switch.simagent import SimAgent, SimPort, SimSwitch
 from fabricwatch.config import parse_config

@@ -20,10 +20,10 @@ from __future__ import annotations
 from fabricwatch.collector import CollectorEnv, CollectorFactory
 
 from ._collector import NicCollector
-from ._metrics import METRICS
+from ._metrics import NAME
 from ._settings import NicSettings
 
-__all__ = ["FACTORY", "METRICS", "NicCollector", "NicSettings"]
+__all__ = ["FACTORY"]
 
 
 def _create(settings: NicSettings, env: CollectorEnv) -> NicCollector:
@@ -31,7 +31,7 @@ def _create(settings: NicSettings, env: CollectorEnv) -> NicCollector:
 
 
 FACTORY: CollectorFactory[NicSettings] = CollectorFactory(
-    name="nic",
+    name=NAME,
     settings=NicSettings,
     create=_create,
     description="Host RDMA NIC: ECN marks, CNPs, per-priority PFC pause, xmit_wait, link flaps.",

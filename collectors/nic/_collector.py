@@ -41,6 +41,7 @@ from ._metrics import (
     LINK_RATE,
     LINK_UP,
     METRICS,
+    NAME,
     PAUSE_DURATION,
     PAUSE_FRAMES,
     PAUSE_RATIO,
@@ -243,7 +244,7 @@ class NicCollector:
     @property
     def name(self) -> str:
         """Registry name."""
-        return "nic"
+        return NAME
 
     def metrics(self) -> Sequence[MetricSpec]:
         """Every family this collector may produce."""

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from fabricwatch.readings import MetricKind, MetricSpec
 
+NAME = "nic"
+
 _DP = ("device", "port")
 G, C = MetricKind.GAUGE, MetricKind.COUNTER
 

@@ -30,7 +30,8 @@ from fabricwatch.clock import Clock
 from fabricwatch.collector import Collector, CollectorEnv, CollectorFactory, Registry
 from fabricwatch.collectors import builtin_registry
 from fabricwatch.collectors.gpu import Activity, GpuCollector, GpuSample, GpuSettings, SimulatedGPUs
-from fabricwatch.collectors.nic import NicCollector, NicSettings
+from fabricwatch.collectors.nic._collector import NicCollector
+from fabricwatch.collectors.nic._settings import NicSettings
 from fabricwatch.collectors.storage import StorageCollector, StorageSettings
 from fabricwatch.collectors.switch.simagent import SimAgent, SimSwitch, demo_switch
 from fabricwatch.demo.scenarios import (

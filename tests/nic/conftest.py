@@ -16,8 +16,9 @@ from typing import Any
 import pytest
 
 from fabricwatch.collector import CollectorEnv
-from fabricwatch.collectors.nic import NicCollector, NicSettings
+from fabricwatch.collectors.nic._collector import NicCollector
 from fabricwatch.collectors.nic._ethtool import EthtoolSource
+from fabricwatch.collectors.nic._settings import NicSettings
 from fabricwatch.readings import Reading
 from fabricwatch.settings import build
 from fabricwatch.store import SnapshotStore
