@@ -68,19 +68,22 @@ from typing import Any, TypeVar
 from fabricwatch.clock import Clock
 from fabricwatch.collector import Collector, CollectorEnv, CollectorFactory, Registry
 from fabricwatch.collectors import builtin_registry
-from fabricwatch.collectors.gpu import Activity, GpuCollector, GpuSample, GpuSettings, SimulatedGPUs
-from fabricwatch.collectors.gpu._types import GpuEvent
+from fabricwatch.collectors.gpu._collector import GpuCollector
+from fabricwatch.collectors.gpu._settings import GpuSettings
+from fabricwatch.collectors.gpu._types import GpuEvent, GpuSample
 from fabricwatch.collectors.nic._collector import NicCollector
 from fabricwatch.collectors.nic._settings import NicSettings
-from fabricwatch.collectors.storage import StorageCollector, StorageSettings
-from fabricwatch.collectors.switch.simagent import SimAgent, SimPort, SimSwitch
+from fabricwatch.collectors.storage._collector import StorageCollector
+from fabricwatch.collectors.storage._settings import StorageSettings
 from fabricwatch.config import parse_config
 from fabricwatch.daemon import Daemon
 from fabricwatch.logs import configure_logging
 from fabricwatch.outputs.exposition import generate_text
 from fabricwatch.readings import MetricSpec, Reading
 from fabricwatch.store import IngestResult, SnapshotStore
+from fabricwatch.testing.sim_gpu import Activity, SimulatedGPUs
 from fabricwatch.testing.sim_nic import NicFixture, mlx5_ethtool_names
+from fabricwatch.testing.sim_snmp import SimAgent, SimPort, SimSwitch
 
 T = TypeVar("T")
 

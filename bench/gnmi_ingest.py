@@ -1,6 +1,6 @@
 """Ingest rate and CPU share of the gNMI collector: 64 ports x 8 queues, 1 s sampling.
 
-Starts the simulated gNMI target (``fabricwatch.collectors.gnmi.simtarget``)
+Starts the simulated gNMI target (``fabricwatch.testing.sim_gnmi``)
 in a separate process on 127.0.0.1 (plain text; its CPU is not counted) with
 64 ports x 8 egress queues, and runs the real collector in this process with
 ``collect()`` once per interval into a :class:`SnapshotStore`, as the daemon
@@ -34,11 +34,11 @@ import time
 from pathlib import Path
 
 from fabricwatch.collector import CollectorEnv
-from fabricwatch.collectors.gnmi import GnmiSettings, GnmiTargetSettings
 from fabricwatch.collectors.gnmi._collector import GnmiCollector
 from fabricwatch.collectors.gnmi._proto import make_path, pb
-from fabricwatch.collectors.gnmi.simtarget import demo_target
+from fabricwatch.collectors.gnmi._settings import GnmiSettings, GnmiTargetSettings
 from fabricwatch.store import SnapshotStore
+from fabricwatch.testing.sim_gnmi import demo_target
 
 PORTS = 64
 QUEUES = 8
@@ -54,7 +54,7 @@ def _start_target(layout: str) -> tuple[subprocess.Popen[bytes], int]:
     port = _free_port()
     proc = subprocess.Popen(
         [
-            sys.executable, "-m", "fabricwatch.collectors.gnmi.simtarget", "--insecure",
+            sys.executable, "-m", "fabricwatch.testing.sim_gnmi", "--insecure",
             "--port", str(port), "--ports", str(PORTS), "--queues", str(QUEUES),
             "--layout", layout, "--node", "bench-node",
         ],

@@ -31,17 +31,13 @@ from pathlib import Path
 from typing import Any
 
 from fabricwatch.collector import CollectorEnv
-from fabricwatch.collectors.gpu import (
-    Activity,
-    GpuBackend,
-    GpuCollector,
-    GpuSettings,
-    PynvmlBackend,
-    ScenarioClock,
-    SimulatedGPUs,
-)
+from fabricwatch.collectors.gpu._collector import GpuCollector
+from fabricwatch.collectors.gpu._facade import PynvmlBackend
+from fabricwatch.collectors.gpu._settings import GpuSettings
+from fabricwatch.collectors.gpu._types import GpuBackend
 from fabricwatch.readings import Reading
 from fabricwatch.store import SnapshotStore
+from fabricwatch.testing.sim_gpu import Activity, ScenarioClock, SimulatedGPUs
 
 REPO = Path(__file__).resolve().parent.parent
 BUDGET_CPU_PER_S = 0.01  # the whole daemon: 1 % of one core

@@ -28,7 +28,8 @@ from aiohttp import web
 from fabricwatch.engine.evidence import Culprit, Evidence
 from fabricwatch.engine.incidents import Incident, IncidentTransition
 from fabricwatch.outputs.mqtt import MqttPublisher, MqttSink
-from fabricwatch.outputs.outbox import Outbox, OutboxSender
+from fabricwatch.outputs.outbox import Outbox
+from fabricwatch.outputs.sender import OutboxSender
 from fabricwatch.outputs.settings import MqttSettings
 from fabricwatch.outputs.sinks import Route, Router, WebhookSink
 from fabricwatch.outputs.sinks.webhook import decode_secret, signed_headers

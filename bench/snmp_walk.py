@@ -78,7 +78,7 @@ def _free_udp_port() -> int:
 
 
 def _start_snmpsim(port: int, work: Path) -> subprocess.Popen[bytes]:
-    exe = REPO / ".venv" / "bin" / "snmpsim-command-responder"
+    exe = Path(sys.executable).parent / "snmpsim-command-responder"
     return subprocess.Popen(
         [
             str(exe),
@@ -276,9 +276,10 @@ async def _cpu(fn: Callable[[], Awaitable[int]]) -> tuple[float, int]:
 
 async def main() -> None:
     from fabricwatch.collector import CollectorEnv
-    from fabricwatch.collectors.switch import SwitchCollector, SwitchSettings, TargetSettings
     from fabricwatch.collectors.switch._ber import parse_oid
     from fabricwatch.collectors.switch._client import NativeV2cSession, PysnmpSession, walk
+    from fabricwatch.collectors.switch._collector import SwitchCollector
+    from fabricwatch.collectors.switch._settings import SwitchSettings, TargetSettings
 
     port = _free_udp_port()
     with tempfile.TemporaryDirectory() as tmp:

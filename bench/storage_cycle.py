@@ -29,8 +29,9 @@ import time
 from pathlib import Path
 
 from fabricwatch.collector import CollectorEnv
-from fabricwatch.collectors.storage import FACTORY, StorageCollector
-from fabricwatch.collectors.storage._collector import NAME
+from fabricwatch.collectors.storage import FACTORY
+from fabricwatch.collectors.storage._collector import StorageCollector
+from fabricwatch.collectors.storage._metrics import NAME
 from fabricwatch.collectors.storage._probe import aligned_buffer, write_probe
 from fabricwatch.settings import build
 from fabricwatch.store import SnapshotStore

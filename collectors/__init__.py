@@ -1,25 +1,38 @@
-"""Built-in collectors, one module per source, and their registry.
+"""Built-in collectors, one folder per source, and their registry.
 
 Installed as :mod:`fabricwatch.collectors`. The daemon core never imports a
 collector module directly; it asks :func:`builtin_registry` for the factories.
-Adding a collector is adding a module that defines a ``FACTORY``
-(:class:`~fabricwatch.collector.CollectorFactory`) and naming it below.
+Adding a collector is copying a collector's folder and adding its folder name
+to :data:`BUILTIN` (``docs/collectors.md``).
 """
 
 from __future__ import annotations
 
+import importlib
+from typing import Any
+
 from fabricwatch.collector import CollectorFactory, Registry
-from fabricwatch.collectors.gnmi import FACTORY as GNMI
-from fabricwatch.collectors.gpu import FACTORY as GPU
-from fabricwatch.collectors.nccl_inspector import FACTORY as NCCL_INSPECTOR
-from fabricwatch.collectors.nccl_ras import FACTORY as NCCL_RAS
-from fabricwatch.collectors.nic import FACTORY as NIC
-from fabricwatch.collectors.storage import FACTORY as STORAGE
-from fabricwatch.collectors.switch import FACTORY as SWITCH
+
+BUILTIN: tuple[str, ...] = (
+    "gpu",
+    "nic",
+    "storage",
+    "switch",
+    "gnmi",
+    "nccl_inspector",
+    "nccl_ras",
+)
+"""Folder names of the built-in collectors, each a package whose ``__init__``
+defines ``FACTORY``; the order is the order of ``--help`` and the sample config."""
 
 
 def builtin_registry() -> Registry:
     """A fresh name -> factory mapping of every built-in collector."""
-    factories: list[CollectorFactory[object]] = [GPU, NIC, STORAGE, SWITCH, GNMI]  # type: ignore[type-var,list-item]
-    factories += [NCCL_INSPECTOR, NCCL_RAS]  # type: ignore[list-item]
+    factories: list[CollectorFactory[Any]] = []
+    for folder in BUILTIN:
+        factory = importlib.import_module(f"{__name__}.{folder}").FACTORY
+        if not isinstance(factory, CollectorFactory):
+            msg = f"collectors/{folder}: FACTORY must be a CollectorFactory"
+            raise TypeError(msg)
+        factories.append(factory)
     return {f.name: f for f in factories}

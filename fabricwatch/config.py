@@ -21,6 +21,7 @@ from fabricwatch.engine.settings import EngineSettings
 from fabricwatch.errors import ConfigError
 from fabricwatch.fleet.settings import FleetSettings
 from fabricwatch.outputs.settings import AlertingSettings, MqttSettings
+from fabricwatch.secrets import read_capped
 from fabricwatch.settings import build, option
 
 DEFAULT_CONFIG_PATH = Path("/etc/fabricwatch/fabricwatch.toml")
@@ -213,19 +214,6 @@ def _check_sources(collectors: dict[str, CollectorSettings], source: str | None)
 
 MAX_CONFIG_BYTES = 4 * 1024 * 1024
 """The largest config or web-config file read (a real one is a few KiB)."""
-MAX_SECRET_BYTES = 64 * 1024
-"""The largest secret, password or certificate file read."""
-
-
-def read_capped(path: Path, limit: int) -> bytes:
-    """Read at most ``limit`` bytes of ``path``; larger (or endless: ``/dev/zero``)
-    raises ``ValueError`` with a clear message. OSError propagates."""
-    with path.open("rb") as f:
-        data = f.read(limit + 1)
-    if len(data) > limit:
-        msg = f"{path} is larger than {limit // 1024} KiB; point the setting at the right file"
-        raise ValueError(msg)
-    return data
 
 
 def read_section(path: Path, key: str) -> dict[str, Any]:
@@ -272,26 +260,3 @@ def load_config(path: Path | None, registry: Registry) -> Config:
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"invalid TOML: {exc}", path=str(target)) from None
     return parse_config(data, registry, source=str(target))
-
-
-def read_secret(path_value: str, *, key: str, env: str | None = None) -> str | None:
-    """Read a secret from a ``*_file`` key's file, or from an environment variable.
-
-    systemd's ``LoadCredential=`` puts files under ``$CREDENTIALS_DIRECTORY``;
-    a relative ``path_value`` is looked up there first. Trailing newlines are
-    stripped. Returns None when neither source is set.
-    """
-    if path_value:
-        p = Path(path_value)
-        creds = os.environ.get("CREDENTIALS_DIRECTORY")
-        if not p.is_absolute() and creds:
-            p = Path(creds) / p
-        try:
-            return read_capped(p, MAX_SECRET_BYTES).decode("utf-8").rstrip("\r\n")
-        except OSError as exc:
-            raise ConfigError(f"cannot read secret file {p}: {exc.strerror}", key=key) from None
-        except ValueError as exc:  # too large, or not UTF-8
-            raise ConfigError(f"secret file {p}: {exc}", key=key) from None
-    if env:
-        return os.environ.get(env)
-    return None

@@ -206,28 +206,11 @@ class Daemon:
             wall=self._wall,
         )
         web_config = self._web_config(cfg)
-        self.db = IncidentDB.in_state_dir(state_dir)
-        self.store.register("state", STATE_METRICS)
-        try:
-            self.db.connect()
-        except StateWriteError as exc:
-            # The disk, not the file: monitor anyway (collectors, /metrics,
-            # engine), keep transitions in memory and retry the store.
-            log.error(
-                "state_db_unavailable",
-                error=str(exc),
-                hint="monitoring runs; incidents are kept in memory and paged once the "
-                "state directory accepts writes",
-            )
-            self.db.hold_writes(True)
-        except FabricwatchError as exc:
-            log.error("state_db_unusable", error=str(exc))
-            return EXIT_STARTUP
-        else:
-            code = self._build_alerting(cfg)
-            if code is not None:
-                self.db.close()
-                return code
+        # Wired in the order data flows: the incident database and its outputs,
+        # the engine recording into it, collectors feeding the store, /metrics.
+        code = self._open_state(cfg, state_dir)
+        if code is not None:
+            return code
         if cfg.engine.enabled:
             self.engine = Engine(cfg.engine, self.store, self.env.node, self.db)
             self.store.register("engine", self.engine.metrics())
@@ -286,6 +269,36 @@ class Daemon:
                 loop.remove_signal_handler(sig)
         return EXIT_OK
 
+    def _open_state(self, cfg: Config, state_dir: Path) -> int | None:
+        """Open the incident database and attach the outputs; an exit code if unusable.
+
+        When the disk refuses writes now, monitoring runs anyway: transitions
+        wait in memory and :meth:`_state_retry_loop` attaches the outputs later.
+        """
+        self.db = IncidentDB.in_state_dir(state_dir)
+        self.store.register("state", STATE_METRICS)
+        try:
+            self.db.connect()
+        except StateWriteError as exc:
+            # The disk, not the file: monitor anyway (collectors, /metrics,
+            # engine), keep transitions in memory and retry the store.
+            log.error(
+                "state_db_unavailable",
+                error=str(exc),
+                hint="monitoring runs; incidents are kept in memory and paged once the "
+                "state directory accepts writes",
+            )
+            self.db.hold_writes(True)
+        except FabricwatchError as exc:
+            log.error("state_db_unusable", error=str(exc))
+            return EXIT_STARTUP
+        else:
+            code = self._build_alerting(cfg)
+            if code is not None:
+                self.db.close()
+                return code
+        return None
+
     def _build_alerting(self, cfg: Config) -> int | None:
         """Wire the outbox on the open database; an exit code if that fails."""
         assert self.db is not None and self.env is not None
@@ -310,9 +323,23 @@ class Daemon:
         except FabricwatchError as exc:
             log.error("alerting_unusable", error=str(exc))
             return EXIT_CONFIG if isinstance(exc, ConfigError) else EXIT_STARTUP
-        self.store.register("alerting", self.alerting.metrics())
+        self._attach_outputs(self.alerting)
         self._secrets_fingerprint = secrets_fingerprint(cfg.alerting, cfg.mqtt)
         return None
+
+    def _attach_outputs(self, alerting: AlertingService) -> None:
+        """Hook ``alerting`` into the pipeline: the daemon's one place for it.
+
+        A transition travels ``Engine.tick`` -> ``IncidentDB.record`` (one
+        transaction) -> the transition hook installed here, ``alerting.router``,
+        which enqueues one outbox row per routed sink inside that transaction
+        and wakes the sender -> the sender's per-sink workers deliver. After
+        the commit the tick loop logs the transition (:meth:`_on_transition`)
+        and stores the alerting self metrics registered here.
+        """
+        assert self.db is not None
+        self.db.add_transition_hook(alerting.router)
+        self.store.register("alerting", alerting.metrics())
 
     async def _state_retry_loop(self) -> None:
         """Open the state database once the disk lets us, then wire alerting.
@@ -423,7 +450,12 @@ class Daemon:
             self._on_transition(tr)
 
     def _on_transition(self, tr: IncidentTransition) -> None:
-        """Called after a transition is persisted; outputs hang off here."""
+        """Log one transition the engine persisted.
+
+        The outputs do not hang off here: the database's transition hook
+        (:meth:`_attach_outputs`) already enqueued its deliveries in the
+        transaction that recorded it.
+        """
         doc = to_json(tr.incident)
         with structlog.contextvars.bound_contextvars(incident=doc["key"]):
             log.info(
@@ -544,11 +576,11 @@ class Daemon:
             )
             return
         # No await between these two: every transition is routed by exactly one.
-        current.detach()
+        self.db.remove_transition_hook(current.router)
+        self._attach_outputs(rebuilt)
         self.alerting = rebuilt
         self._secrets_fingerprint = secrets
         await current.close()
-        self.store.register("alerting", rebuilt.metrics())
         await rebuilt.start()
         log.info(
             "alerting_reloaded",

@@ -31,8 +31,9 @@ from typing import Any
 import bcrypt
 import yaml
 
-from fabricwatch.config import MAX_CONFIG_BYTES, MAX_SECRET_BYTES, read_capped
+from fabricwatch.config import MAX_CONFIG_BYTES
 from fabricwatch.errors import ConfigError
+from fabricwatch.secrets import MAX_SECRET_BYTES, read_capped
 
 _TLS_VERSIONS = {
     "TLS10": ssl.TLSVersion.TLSv1,

@@ -13,14 +13,9 @@ with the SNMP collector's own specs.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from fabricwatch.collector import Collector, CollectorEnv, CollectorFactory
 
-from ._config import GnmiSettings, GnmiTargetSettings, TlsSettings
-
-if TYPE_CHECKING:
-    from ._collector import GnmiCollector
+from ._settings import GnmiSettings
 
 
 def _create(settings: GnmiSettings, env: CollectorEnv) -> Collector:
@@ -31,14 +26,6 @@ def _create(settings: GnmiSettings, env: CollectorEnv) -> Collector:
     return GnmiCollector(settings, env)
 
 
-def __getattr__(name: str) -> object:
-    if name == "GnmiCollector":
-        from ._collector import GnmiCollector
-
-        return GnmiCollector
-    raise AttributeError(name)
-
-
 FACTORY: CollectorFactory[GnmiSettings] = CollectorFactory(
     name="gnmi",
     settings=GnmiSettings,
@@ -46,5 +33,3 @@ FACTORY: CollectorFactory[GnmiSettings] = CollectorFactory(
     description="Switch ECN marks, PFC, queue drops and link state over gNMI streaming telemetry.",
     default_enabled=True,
 )
-
-__all__ = ["FACTORY", "GnmiCollector", "GnmiSettings", "GnmiTargetSettings", "TlsSettings"]

@@ -29,11 +29,11 @@ import grpc
 import grpc.aio
 import structlog
 
-from fabricwatch.config import read_capped, read_secret
 from fabricwatch.errors import ConfigError
+from fabricwatch.secrets import read_capped, read_secret
 
-from ._config import GnmiTargetSettings
 from ._proto import make_path, pb, pb_grpc
+from ._settings import GnmiTargetSettings
 
 log = structlog.get_logger("fabricwatch.collectors.gnmi")
 

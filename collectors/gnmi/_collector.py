@@ -12,19 +12,24 @@ from typing import Any
 
 import structlog
 
+from fabricwatch import signals as fam
 from fabricwatch.collector import CollectorEnv
-from fabricwatch.collectors.switch import _signals as sw
-from fabricwatch.collectors.switch._lldp import Neighbour, find_uplinks, local_macs, normalize_mac
+from fabricwatch.collectors.switchcommon.uplinks import (
+    Neighbour,
+    find_uplinks,
+    local_macs,
+    normalize_mac,
+)
 from fabricwatch.counters import CounterTracker
 from fabricwatch.errors import CollectorError, ConfigError, ParseError
 from fabricwatch.readings import MetricSpec, Reading
 from fabricwatch.supervisor import DegradedError
 
-from . import _signals as sig
+from . import _metrics as sig
 from ._client import ERROR_REASONS, StreamError, SubscriptionGroup, TargetStream, load_credentials
-from ._config import GnmiSettings, GnmiTargetSettings
 from ._profiles import Leaf, Profile, ProfileSet, load_profiles
 from ._proto import Scalar, flatten, join, path_text, typed_value
+from ._settings import GnmiSettings, GnmiTargetSettings
 
 log = structlog.get_logger("fabricwatch.collectors.gnmi")
 
@@ -39,9 +44,9 @@ _SPEED = re.compile(r"SPEED_(\d+(?:\.\d+)?)(M|G|T)B", re.IGNORECASE)
 _SPEED_UNIT = {"m": 1e6, "g": 1e9, "t": 1e12}
 _UP = frozenset({"up", "UP", "Up"})
 _COUNTER_FAMILY: dict[str, MetricSpec] = {
-    "ecn_marks": sw.ECN_MARKED,
+    "ecn_marks": fam.SW_ECN,
     "ecn_marked_bytes": sig.ECN_MARKED_BYTES,
-    "queue_drops": sw.QUEUE_DROPS,
+    "queue_drops": fam.SW_QUEUE_DROPS,
     "queue_tx_packets": sig.QUEUE_TX_PACKETS,
 }
 _LLDP_FIELDS = {
@@ -138,7 +143,7 @@ class GnmiCollector:
 
     def metrics(self) -> Sequence[MetricSpec]:
         """Every family this collector may produce."""
-        return sig.ALL
+        return sig.METRICS
 
     def target_state(self, name: str) -> _Target:
         """Runtime state of one target (for tests and the demo)."""
@@ -244,7 +249,7 @@ class GnmiCollector:
             if rate is not None and speed > 0:
                 ratio = min(1.0, rate.per_second * PAUSE_QUANTUM_BITS / speed)
                 out.append(
-                    Reading(sw.PFC_PAUSE_RATIO.name, (sw_name, port, prio, direction), ratio, ts=ts)
+                    Reading(fam.SW_PFC_RATIO.name, (sw_name, port, prio, direction), ratio, ts=ts)
                 )
         if t.lldp_dirty:
             t.lldp_dirty = False
@@ -349,9 +354,9 @@ class GnmiCollector:
         if v is None:
             t.ignored["malformed"] += 1
             return
-        fam = _COUNTER_FAMILY.get(signal)
-        if fam is not None:
-            out.append(Reading(fam.name, (sw_name, port, caps["queue"]), v, ts=ts, epoch=gen))
+        spec = _COUNTER_FAMILY.get(signal)
+        if spec is not None:
+            out.append(Reading(spec.name, (sw_name, port, caps["queue"]), v, ts=ts, epoch=gen))
             return
         direction = leaf.direction
         if signal in ("pfc_frames", "pfc_duration"):
@@ -361,35 +366,39 @@ class GnmiCollector:
                 return
             labels = (sw_name, port, prio, direction)
             if signal == "pfc_frames":
-                out.append(Reading(sw.PFC_PAUSE_FRAMES.name, labels, v, ts=ts, epoch=gen))
+                out.append(Reading(fam.SW_PFC_FRAMES.name, labels, v, ts=ts, epoch=gen))
                 frames.append((port, prio, direction, v, ts, gen))
                 return
             t.has_duration.add((port, prio, direction))
             seconds = v * leaf.unit
-            out.append(Reading(sw.PFC_PAUSE_SECONDS.name, labels, seconds, ts=ts, epoch=gen))
+            out.append(Reading(fam.SW_PFC_SECONDS.name, labels, seconds, ts=ts, epoch=gen))
             rate = self._tracker.update((sw_name, port, signal, direction, prio), v, ts, epoch=gen)
             if rate is not None:
                 ratio = min(1.0, rate.per_second * leaf.unit)
-                out.append(Reading(sw.PFC_PAUSE_RATIO.name, labels, ratio, ts=ts))
+                out.append(Reading(fam.SW_PFC_RATIO.name, labels, ratio, ts=ts))
             return
         if signal in ("rx_bytes", "tx_bytes"):
-            fam = sw.RX_BYTES if signal == "rx_bytes" else sw.TX_BYTES
-            out.append(Reading(fam.name, (sw_name, port), v, ts=ts, epoch=gen))
+            spec = fam.SW_RX_BYTES if signal == "rx_bytes" else fam.SW_TX_BYTES
+            out.append(Reading(spec.name, (sw_name, port), v, ts=ts, epoch=gen))
             pst = t.ports.get(port)
             speed = pst.speed_bps if pst and pst.speed_bps else t.cfg.port_speed_gbps * 1e9
             rate = self._tracker.update((sw_name, port, signal), v, ts, epoch=gen)
             if rate is not None and speed > 0:
                 util = min(1.0, rate.per_second * 8 / speed)
                 d = "rx" if signal == "rx_bytes" else "tx"
-                out.append(Reading(sw.UTILIZATION.name, (sw_name, port, d), util, ts=ts))
+                out.append(Reading(fam.SW_UTILIZATION.name, (sw_name, port, d), util, ts=ts))
             return
         if signal == "discards":
-            out.append(Reading(sw.DISCARDS.name, (sw_name, port, direction), v, ts=ts, epoch=gen))
+            out.append(
+                Reading(fam.SW_DISCARDS.name, (sw_name, port, direction), v, ts=ts, epoch=gen)
+            )
         elif signal == "errors":
-            out.append(Reading(sw.ERRORS.name, (sw_name, port, direction), v, ts=ts, epoch=gen))
+            out.append(Reading(fam.SW_ERRORS.name, (sw_name, port, direction), v, ts=ts, epoch=gen))
         elif signal == "link_pause_frames":
             out.append(
-                Reading(sw.LINK_PAUSE_FRAMES.name, (sw_name, port, direction), v, ts=ts, epoch=gen)
+                Reading(
+                    fam.SW_LINK_PAUSE_FRAMES.name, (sw_name, port, direction), v, ts=ts, epoch=gen
+                )
             )
 
     def _oper(self, t: _Target, port: str, value: Scalar) -> None:
@@ -485,7 +494,7 @@ class GnmiCollector:
             out.append(Reading(sig.TARGET_INFO.name, (t.name, t.profile.name), 1.0, ts=now))
         if t.mode != "switch" and t.uplinks:
             out.extend(
-                Reading(sw.UPLINK_INFO.name, (t.name, port, nb), 1.0, ts=now)
+                Reading(fam.SW_UPLINK_INFO.name, (t.name, port, nb), 1.0, ts=now)
                 for port, nb in sorted(t.uplinks.items())
             )
         if not up:
@@ -495,7 +504,7 @@ class GnmiCollector:
                 continue
             sp = (t.name, port)
             if ps.up is not None:
-                out.append(Reading(sw.PORT_UP.name, sp, 1.0 if ps.up else 0.0, ts=now))
-                out.append(Reading(sw.PORT_FLAPS.name, sp, float(ps.flaps), ts=now))
+                out.append(Reading(fam.SW_PORT_UP.name, sp, 1.0 if ps.up else 0.0, ts=now))
+                out.append(Reading(fam.SW_PORT_FLAPS.name, sp, float(ps.flaps), ts=now))
             if ps.speed_bps:
-                out.append(Reading(sw.SPEED.name, sp, ps.speed_bps / 8, ts=now))
+                out.append(Reading(fam.SW_SPEED.name, sp, ps.speed_bps / 8, ts=now))

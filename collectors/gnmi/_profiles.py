@@ -18,10 +18,10 @@ from __future__ import annotations
 import re
 import tomllib
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import Literal
 
+from fabricwatch.collectors.switchcommon.profiles import read_profile_texts
 from fabricwatch.errors import ConfigError, ParseError
 from fabricwatch.settings import build, option
 
@@ -312,14 +312,7 @@ class ProfileSet:
 
 def load_profiles(extra_dirs: tuple[Path, ...] = ()) -> ProfileSet:
     """Built-in profiles plus ``*.toml`` from ``extra_dirs`` (same file name overrides)."""
-    texts: dict[str, tuple[str, str]] = {}
-    builtin = resources.files("fabricwatch.collectors").joinpath("gnmi", "profiles")
-    for entry in sorted(builtin.iterdir(), key=lambda e: e.name):
-        if entry.name.endswith(".toml"):
-            texts[entry.name] = (entry.read_text(encoding="utf-8"), f"gnmi/profiles/{entry.name}")
-    for d in extra_dirs:
-        for path in sorted(d.glob("*.toml")):
-            texts[path.name] = (path.read_text(encoding="utf-8"), str(path))
+    texts = read_profile_texts("fabricwatch.collectors.gnmi", extra_dirs)
     profiles = tuple(parse_profile(text, src) for text, src in texts.values())
     names = [p.name for p in profiles]
     dupes = sorted({n for n in names if names.count(n) > 1})

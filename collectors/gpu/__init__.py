@@ -2,7 +2,8 @@
 
 Only :mod:`._facade` imports ``pynvml``. With no driver the collector starts,
 logs the reason once and reports itself absent until NVML appears.
-:class:`SimulatedGPUs` stands in for NVML in tests and ``fabricwatch demo``.
+:class:`fabricwatch.testing.sim_gpu.SimulatedGPUs` stands in for NVML in tests, in
+``fabricwatch demo`` and with ``backend = "simulated"``.
 """
 
 from __future__ import annotations
@@ -11,55 +12,18 @@ from typing import Any
 
 from fabricwatch.collector import Collector, CollectorEnv, CollectorFactory
 
-from ._collector import SPECS, GpuCollector, GpuSettings, GpuStatus
+from ._collector import GpuCollector
 from ._facade import PynvmlBackend
-from ._jobs import JobRef, resolve_job
-from ._sim import PROFILES, Activity, ModelProfile, ScenarioClock, SimulatedGPUs
-from ._types import (
-    EventKind,
-    FabricInfo,
-    FabricState,
-    GpuBackend,
-    GpuEvent,
-    GpuIdentity,
-    GpuLost,
-    GpuSample,
-    LinkSample,
-    NvmlUnavailable,
-)
-
-__all__ = [
-    "FACTORY",
-    "PROFILES",
-    "SPECS",
-    "Activity",
-    "EventKind",
-    "FabricInfo",
-    "FabricState",
-    "GpuBackend",
-    "GpuCollector",
-    "GpuEvent",
-    "GpuIdentity",
-    "GpuLost",
-    "GpuSample",
-    "GpuSettings",
-    "GpuStatus",
-    "JobRef",
-    "LinkSample",
-    "ModelProfile",
-    "NvmlUnavailable",
-    "PynvmlBackend",
-    "ScenarioClock",
-    "SimulatedGPUs",
-    "create",
-    "resolve_job",
-]
+from ._settings import GpuSettings
+from ._types import GpuBackend
 
 
-def create(settings: GpuSettings, env: CollectorEnv) -> Collector:
+def _create(settings: GpuSettings, env: CollectorEnv) -> Collector:
     """Build the collector over NVML, or over idle simulated GPUs when configured."""
     backend: GpuBackend
     if settings.backend == "simulated":
+        from fabricwatch.testing.sim_gpu import SimulatedGPUs
+
         backend = SimulatedGPUs(settings.simulated_model, settings.simulated_count, env.monotonic)
     else:
         backend = PynvmlBackend(monotonic=env.monotonic)
@@ -70,7 +34,7 @@ def create(settings: GpuSettings, env: CollectorEnv) -> Collector:
 FACTORY: CollectorFactory[Any] = CollectorFactory(
     name="gpu",
     settings=GpuSettings,
-    create=create,
+    create=_create,
     description="NVIDIA GPUs over NVML: activity, power, NVLink, XIDs, fabric clique, jobs.",
     default_enabled=True,
 )

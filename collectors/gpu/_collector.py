@@ -8,17 +8,60 @@ import functools
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import structlog
 
-from fabricwatch.collector import CollectorEnv, CollectorSettings
+from fabricwatch.collector import CollectorEnv
 from fabricwatch.errors import SourceAbsentError
-from fabricwatch.readings import MetricKind, MetricSpec, Reading
-from fabricwatch.settings import option
+from fabricwatch.readings import MetricSpec, Reading
+from fabricwatch.signals import (
+    GPU_HEALTHY,
+    GPU_INFO,
+    GPU_JOB,
+    GPU_MEM,
+    GPU_POWER,
+    GPU_POWER_LIMIT,
+    GPU_PROCS,
+    GPU_SM,
+    GPU_UTIL,
+    GPU_XID,
+    NVLINK_ERRORS,
+    NVLINK_RX,
+    NVLINK_TX,
+    NVLINK_UP,
+)
 
 from ._facade import CallBusy, CallTimeout, NvmlFacade
 from ._jobs import JobResolver
+from ._metrics import (
+    CLOCK_EVENT,
+    CRITICAL_EVENTS,
+    DRAM_ACTIVE,
+    ECC_ERRORS,
+    ENERGY,
+    FABRIC_INFO,
+    MEMORY_CLOCK,
+    MEMORY_TEMPERATURE,
+    MEMORY_TOTAL,
+    MEMORY_UTILIZATION,
+    METRICS,
+    NAME,
+    PCIE_REPLAYS,
+    PCIE_RX,
+    PCIE_TX,
+    RECOVERY_ACTION,
+    REMAP_FAILURE,
+    REMAP_PENDING,
+    REMAPPED_ROWS,
+    SM_CLOCK,
+    SM_OCCUPANCY,
+    STALE,
+    STUCK,
+    TEMPERATURE,
+    TENSOR_ACTIVE,
+)
+from ._settings import GpuSettings
 from ._types import (
     EventKind,
     FabricInfo,
@@ -29,113 +72,6 @@ from ._types import (
     GpuSample,
     NvmlUnavailable,
 )
-
-NAME = "gpu"
-
-GAUGE = MetricKind.GAUGE
-COUNTER = MetricKind.COUNTER
-_G = ("gpu",)
-_GL = ("gpu", "link")
-
-
-def _spec(name: str, kind: MetricKind, help: str, labels: tuple[str, ...] = _G) -> MetricSpec:
-    return MetricSpec(f"fabricwatch_gpu_{name}", kind, help, labels)
-
-
-# Families of docs/signals.md first (exact names, kinds, label order), then the rest.
-UTILIZATION = _spec(
-    "utilization_ratio",
-    GAUGE,
-    "NVML utilization.gpu, 0-1 (time-based: stays high in hung collectives).",
-)
-SM_ACTIVE = _spec("sm_active_ratio", GAUGE, "GPM SM activity, 0-1 (Hopper and newer).")
-POWER = _spec("power_watts", GAUGE, "Power draw in watts.")
-POWER_LIMIT = _spec("power_limit_watts", GAUGE, "Enforced power limit in watts.")
-MEMORY_USED = _spec("memory_used_bytes", GAUGE, "Framebuffer memory used in bytes.")
-PROCESSES = _spec("compute_processes", GAUGE, "Number of compute processes on the GPU.")
-HEALTHY = _spec("healthy", GAUGE, "1 healthy, 0 lost or failed.")
-XID = _spec("xid_errors", COUNTER, "XID critical-error events seen.", ("gpu", "xid"))
-NVLINK_TX = _spec("nvlink_transmit_bytes", COUNTER, "NVLink data bytes transmitted.", _GL)
-NVLINK_RX = _spec("nvlink_receive_bytes", COUNTER, "NVLink data bytes received.", _GL)
-NVLINK_ERRORS = _spec(
-    "nvlink_errors",
-    COUNTER,
-    "NVLink errors by type (crc, replay, recovery, recovery_failed).",
-    ("gpu", "link", "type"),
-)
-NVLINK_UP = _spec("nvlink_up", GAUGE, "NVLink state: 1 active, 0 down.", _GL)
-INFO = _spec("info", GAUGE, "GPU identity (value 1).", ("gpu", "uuid", "model", "pci_bus_id"))
-JOB_INFO = _spec(
-    "job_info", GAUGE, "Job owning the GPU's compute processes (value 1).", ("gpu", "job_id")
-)
-
-MEMORY_UTILIZATION = _spec("memory_utilization_ratio", GAUGE, "NVML utilization.memory, 0-1.")
-SM_OCCUPANCY = _spec("sm_occupancy_ratio", GAUGE, "GPM warp occupancy, 0-1 (Hopper and newer).")
-TENSOR_ACTIVE = _spec(
-    "tensor_active_ratio", GAUGE, "GPM tensor-core activity, 0-1 (Hopper and newer)."
-)
-DRAM_ACTIVE = _spec(
-    "dram_active_ratio", GAUGE, "GPM DRAM bandwidth utilization, 0-1 (Hopper and newer)."
-)
-ENERGY = _spec("energy_joules", COUNTER, "Energy consumed since the driver loaded, in joules.")
-SM_CLOCK = _spec("sm_clock_hertz", GAUGE, "SM clock in hertz.")
-MEMORY_CLOCK = _spec("memory_clock_hertz", GAUGE, "Memory clock in hertz.")
-CLOCK_EVENT = _spec(
-    "clock_event_active",
-    GAUGE,
-    "1 while a clock-event (throttle) reason is active.",
-    ("gpu", "reason"),
-)
-MEMORY_TOTAL = _spec("memory_total_bytes", GAUGE, "Framebuffer memory size in bytes.")
-TEMPERATURE = _spec("temperature_celsius", GAUGE, "GPU core temperature in degrees Celsius.")
-MEMORY_TEMPERATURE = _spec(
-    "memory_temperature_celsius", GAUGE, "HBM temperature in degrees Celsius."
-)
-PCIE_TX = _spec("pcie_transmit_bytes", COUNTER, "PCIe bytes transmitted.")
-PCIE_RX = _spec("pcie_receive_bytes", COUNTER, "PCIe bytes received.")
-PCIE_REPLAYS = _spec(
-    "pcie_replays", COUNTER, "PCIe replay counter (alert on its rate, not its value)."
-)
-ECC_ERRORS = _spec(
-    "ecc_errors", COUNTER, "Volatile ECC errors by type (corrected, uncorrected).", ("gpu", "type")
-)
-REMAPPED_ROWS = _spec(
-    "remapped_rows",
-    GAUGE,
-    "Remapped memory rows by cause (correctable, uncorrectable).",
-    ("gpu", "type"),
-)
-REMAP_PENDING = _spec("row_remap_pending", GAUGE, "1 when a row remap waits for a GPU reset.")
-REMAP_FAILURE = _spec("row_remap_failure", GAUGE, "1 when a row remap failed.")
-RECOVERY_ACTION = _spec(
-    "recovery_action",
-    GAUGE,
-    "NVML recovery action: 0 none, 1 GPU reset, 2 node reboot, 3 drain P2P, 4 drain+reset.",
-)
-CRITICAL_EVENTS = _spec(
-    "critical_events", COUNTER, "Critical NVML events other than XIDs, by type.", ("gpu", "type")
-)
-FABRIC_INFO = _spec(
-    "fabric_info",
-    GAUGE,
-    "NVLink fabric registration (value 1); clique = <clusterUUID>.<cliqueId> (gpu.clique).",
-    ("gpu", "clique", "fabric_state"),
-)
-STALE = _spec("sample_stale", GAUGE, "1 while NVML calls for this GPU hang; last values are kept.")
-STUCK = MetricSpec(
-    "fabricwatch_gpu_nvml_stuck_calls",
-    GAUGE,
-    "NVML calls that outlived their timeout and still run.",
-)
-
-SPECS: tuple[MetricSpec, ...] = (
-    UTILIZATION, SM_ACTIVE, POWER, POWER_LIMIT, MEMORY_USED, PROCESSES, HEALTHY, XID,
-    NVLINK_TX, NVLINK_RX, NVLINK_ERRORS, NVLINK_UP, INFO, JOB_INFO,
-    MEMORY_UTILIZATION, SM_OCCUPANCY, TENSOR_ACTIVE, DRAM_ACTIVE, ENERGY, SM_CLOCK, MEMORY_CLOCK,
-    CLOCK_EVENT, MEMORY_TOTAL, TEMPERATURE, MEMORY_TEMPERATURE, PCIE_TX, PCIE_RX, PCIE_REPLAYS,
-    ECC_ERRORS, REMAPPED_ROWS, REMAP_PENDING, REMAP_FAILURE, RECOVERY_ACTION, CRITICAL_EVENTS,
-    FABRIC_INFO, STALE, STUCK,
-)  # fmt: skip
 
 # nvmlClocksEventReason* bits -> label.
 CLOCK_EVENT_REASONS: tuple[tuple[int, str], ...] = (
@@ -152,17 +88,17 @@ CLOCK_EVENT_REASONS: tuple[tuple[int, str], ...] = (
 
 # Simple gauges: (spec, GpuSample attribute).
 _GAUGES: tuple[tuple[MetricSpec, str], ...] = (
-    (UTILIZATION, "utilization"),
+    (GPU_UTIL, "utilization"),
     (MEMORY_UTILIZATION, "memory_utilization"),
-    (SM_ACTIVE, "sm_active"),
+    (GPU_SM, "sm_active"),
     (SM_OCCUPANCY, "sm_occupancy"),
     (TENSOR_ACTIVE, "tensor_active"),
     (DRAM_ACTIVE, "dram_active"),
-    (POWER, "power_watts"),
-    (POWER_LIMIT, "power_limit_watts"),
+    (GPU_POWER, "power_watts"),
+    (GPU_POWER_LIMIT, "power_limit_watts"),
     (SM_CLOCK, "sm_clock_hz"),
     (MEMORY_CLOCK, "memory_clock_hz"),
-    (MEMORY_USED, "memory_used_bytes"),
+    (GPU_MEM, "memory_used_bytes"),
     (MEMORY_TOTAL, "memory_total_bytes"),
     (TEMPERATURE, "temperature_celsius"),
     (MEMORY_TEMPERATURE, "memory_temperature_celsius"),
@@ -176,50 +112,6 @@ _COUNTERS: tuple[tuple[MetricSpec, str], ...] = (
     (PCIE_RX, "pcie_rx_bytes"),
     (PCIE_REPLAYS, "pcie_replays"),
 )
-
-
-@dataclass(kw_only=True)
-class GpuSettings(CollectorSettings):
-    """``[collectors.gpu]``: NVML GPU, NVLink, XID and job telemetry."""
-
-    backend: Literal["nvml", "simulated"] = option(
-        "nvml", "nvml (the driver's libnvidia-ml) or simulated (idle simulated GPUs, for demos)."
-    )
-    simulated_model: Literal["A100", "H100", "H200", "B200"] = option(
-        "H100", "GPU model of the simulated backend."
-    )
-    simulated_count: int = option(8, "Number of simulated GPUs.", min=1, max=64)
-    call_timeout: float = option(
-        2.0,
-        "A GPU whose NVML reads take longer is marked stale; its last values stay (seconds).",
-        min=0.05,
-        max=60.0,
-        duration=True,
-    )
-    workers: int = option(
-        4, "Threads making NVML calls (bounded; a hung call holds one).", min=1, max=16
-    )
-    retry_interval: float = option(
-        60.0,
-        "While NVML is unavailable, retry initialising it this often (seconds).",
-        min=1.0,
-        max=3600.0,
-        duration=True,
-    )
-    lost_retry_interval: float = option(
-        30.0, "Re-read a lost GPU this often (seconds).", min=1.0, max=3600.0, duration=True
-    )
-    fabric_interval: float = option(
-        60.0,
-        "Re-read NVLink fabric (clique) info this often (seconds).",
-        min=1.0,
-        max=86400.0,
-        duration=True,
-    )
-    events: bool = option(True, "Watch XID and other critical NVML events in a dedicated thread.")
-    jobs: bool = option(
-        True, "Attribute compute processes to Slurm jobs, Kubernetes pods or systemd units."
-    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -338,7 +230,7 @@ class GpuCollector:
 
     def metrics(self) -> Sequence[MetricSpec]:
         """Every family this collector may produce."""
-        return SPECS
+        return METRICS
 
     def state(self) -> tuple[GpuStatus, ...]:
         """Current knowledge per GPU (PIDs are in ``sample.pids``, never in labels)."""
@@ -563,8 +455,8 @@ class GpuCollector:
         all_pids: list[int] = []
         for g in self._gpus:
             gl = g.label
-            out.append(Reading(INFO.name, g.info, 1.0))
-            out.append(Reading(HEALTHY.name, (gl,), 1.0 if g.healthy else 0.0))
+            out.append(Reading(GPU_INFO.name, g.info, 1.0))
+            out.append(Reading(GPU_HEALTHY.name, (gl,), 1.0 if g.healthy else 0.0))
             out.append(Reading(STALE.name, (gl,), 1.0 if g.stale else 0.0))
             s = g.sample
             if g.fabric is not None:
@@ -580,12 +472,12 @@ class GpuCollector:
             self._sample_readings(out, gl, s, epoch)
             if s.pids is not None:
                 all_pids.extend(s.pids)
-                out.append(Reading(PROCESSES.name, (gl,), float(len(s.pids))))
+                out.append(Reading(GPU_PROCS.name, (gl,), float(len(s.pids))))
             for job in g.jobs:
-                out.append(Reading(JOB_INFO.name, (gl, job), 1.0))
+                out.append(Reading(GPU_JOB.name, (gl, job), 1.0))
         if self._settings.jobs:
             self._jobs.retain(all_pids)
-        out.extend(self._xids.readings(XID.name, epoch))
+        out.extend(self._xids.readings(GPU_XID.name, epoch))
         out.extend(self._critical.readings(CRITICAL_EVENTS.name, epoch))
         out.append(Reading(STUCK.name, (), float(self._facade.stuck)))
         return out

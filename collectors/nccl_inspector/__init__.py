@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from fabricwatch.collector import CollectorEnv, CollectorFactory
 
-from ._collector import METRICS, NAME, InspectorCollector, InspectorSettings, parse_inspector
-
-__all__ = ["FACTORY", "METRICS", "InspectorCollector", "InspectorSettings", "parse_inspector"]
+from ._collector import InspectorCollector
+from ._metrics import NAME
+from ._settings import InspectorSettings
 
 
 def _create(settings: InspectorSettings, env: CollectorEnv) -> InspectorCollector:

@@ -7,14 +7,14 @@ import math
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
-from fabricwatch.collector import CollectorEnv, CollectorSettings
+from fabricwatch.collector import CollectorEnv
 from fabricwatch.errors import ParseError
-from fabricwatch.readings import MetricKind, MetricSpec, Reading
-from fabricwatch.settings import option
+from fabricwatch.readings import MetricSpec, Reading
 
-NAME = "nccl_inspector"
+from ._metrics import ALGO_BW, BUS_BW, EXEC_TIME, FILES, METRICS, NAME, RANKS
+from ._settings import InspectorSettings
+
 _GLOB = "nccl_inspector_metrics_*.prom"
 _FILE_MAX = 8 << 20
 _LINE = re.compile(r"^(nccl_[a-z_]+)\{(.*)\}\s+(\S+)\s*$")
@@ -25,58 +25,6 @@ _FAMILIES = {
     "nccl_algorithm_bandwidth_gbs": "algo",
     "nccl_collective_exec_time_microseconds": "time",
 }
-_LABELS = ("gpu", "collective")
-
-BUS_BW = MetricSpec(
-    "fabricwatch_nccl_bus_bandwidth_bytes_per_second",
-    MetricKind.GAUGE,
-    "Bus bandwidth of the GPU's latest completed NCCL collective (NCCL Inspector), "
-    "largest communicator.",
-    _LABELS,
-)
-ALGO_BW = MetricSpec(
-    "fabricwatch_nccl_algorithm_bandwidth_bytes_per_second",
-    MetricKind.GAUGE,
-    "Algorithm bandwidth of the GPU's latest completed NCCL collective (NCCL Inspector).",
-    _LABELS,
-)
-EXEC_TIME = MetricSpec(
-    "fabricwatch_nccl_collective_seconds",
-    MetricKind.GAUGE,
-    "Execution time of the GPU's latest completed NCCL collective (NCCL Inspector).",
-    _LABELS,
-)
-RANKS = MetricSpec(
-    "fabricwatch_nccl_communicator_ranks",
-    MetricKind.GAUGE,
-    "Ranks of the largest communicator the GPU's latest collective ran in.",
-    ("gpu",),
-)
-FILES = MetricSpec(
-    "fabricwatch_nccl_inspector_files",
-    MetricKind.GAUGE,
-    "Inspector dump files read in the latest collection, by outcome (ok, invalid).",
-    ("outcome",),
-)
-METRICS: tuple[MetricSpec, ...] = (BUS_BW, ALGO_BW, EXEC_TIME, RANKS, FILES)
-
-
-@dataclass(kw_only=True)
-class InspectorSettings(CollectorSettings):
-    """``[collectors.nccl_inspector]``: where NCCL Inspector writes its Prometheus dumps."""
-
-    dump_dir: Path = option(
-        Path("/var/lib/nccl-inspector"),
-        "NCCL_INSPECTOR_DUMP_DIR of the jobs (NCCL_INSPECTOR_PROM_DUMP=1).",
-    )
-    max_age: float = option(
-        120.0,
-        "Ignore dump files not written for this long (the job ended or hangs: its last "
-        "collective says nothing about now).",
-        min=1.0,
-        max=86400.0,
-        duration=True,
-    )
 
 
 @dataclass(frozen=True, slots=True)

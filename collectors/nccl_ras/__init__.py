@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from fabricwatch.collector import CollectorEnv, CollectorFactory
 
-from ._collector import METRICS, NAME, RasCollector, RasSettings, RasStatus, parse_status
-
-__all__ = ["FACTORY", "METRICS", "RasCollector", "RasSettings", "RasStatus", "parse_status"]
+from ._collector import RasCollector
+from ._metrics import NAME
+from ._settings import RasSettings
 
 
 def _create(settings: RasSettings, env: CollectorEnv) -> RasCollector:

@@ -9,71 +9,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from fabricwatch.collector import CollectorEnv, CollectorSettings
+from fabricwatch.collector import CollectorEnv
 from fabricwatch.errors import CollectorError, ParseError
-from fabricwatch.readings import MetricKind, MetricSpec, Reading
-from fabricwatch.settings import option
+from fabricwatch.readings import MetricSpec, Reading
 
-NAME = "nccl_ras"
+from ._metrics import COMMS, METRICS, MISSING, MISSING_SHOWN, NAME, RANKS, UP
+from ._settings import RasSettings
+
 _PROTOCOL = 2
 _REPLY_MAX = 16 << 20
-_MISSING_SHOWN = 64
-
-COMMS = MetricSpec(
-    "fabricwatch_nccl_ras_communicators",
-    MetricKind.GAUGE,
-    "NCCL communicators the job's RAS network reports.",
-)
-RANKS = MetricSpec(
-    "fabricwatch_nccl_ras_ranks",
-    MetricKind.GAUGE,
-    "Ranks over all communicators, by state: responding, missing, unresponsive, dead.",
-    ("state",),
-)
-MISSING = MetricSpec(
-    "fabricwatch_nccl_ras_missing_rank",
-    MetricKind.GAUGE,
-    "A rank RAS reports missing (value 1; 2 when considered dead), by host and GPU; only "
-    f"while missing, at most {_MISSING_SHOWN}.",
-    ("host", "cuda_dev", "rank"),
-)
-UP = MetricSpec(
-    "fabricwatch_nccl_ras_up",
-    MetricKind.GAUGE,
-    "1 when the RAS port answered the latest status query, else 0 (no NCCL job running).",
-)
-METRICS: tuple[MetricSpec, ...] = (COMMS, RANKS, MISSING, UP)
 
 
 class RasUnreachableError(CollectorError):
     """Nothing listens on the RAS port: no NCCL job runs on this node now."""
-
-
-@dataclass(kw_only=True)
-class RasSettings(CollectorSettings):
-    """``[collectors.nccl_ras]``: where the local NCCL processes answer RAS clients."""
-
-    address: str = option("127.0.0.1:28028", "NCCL_RAS_ADDR of the jobs (host:port).")
-    query_timeout: float = option(
-        5.0,
-        "RAS collective timeout sent with each query (TIMEOUT), seconds.",
-        min=0.1,
-        max=600.0,
-        duration=True,
-    )
-    interval: float = option(
-        30.0, "Seconds between status queries.", min=1.0, max=3600.0, duration=True
-    )
-    timeout: float = option(
-        20.0, "Cancel a query still running after this long.", min=0.5, max=3600.0, duration=True
-    )
-
-    def validate(self) -> None:
-        """``address`` is host:port."""
-        host, sep, port = self.address.rpartition(":")
-        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-            msg = f"address must be host:port, got {self.address!r}"
-            raise ValueError(msg)
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,7 +184,7 @@ class RasCollector:
         seen: set[tuple[str, str, str]] = set()
         for m in st.missing:
             labels = (m.host, str(m.cuda_dev), str(m.rank))
-            if labels in seen or len(seen) >= _MISSING_SHOWN:
+            if labels in seen or len(seen) >= MISSING_SHOWN:
                 continue
             seen.add(labels)
             out.append(Reading(MISSING.name, labels, 2.0 if m.dead else 1.0))

@@ -21,10 +21,9 @@ from __future__ import annotations
 
 from fabricwatch.collector import CollectorEnv, CollectorFactory
 
-from ._collector import METRICS, NAME, StorageCollector
-from ._settings import CheckpointPath, StorageSettings
-
-__all__ = ["FACTORY", "METRICS", "CheckpointPath", "StorageCollector", "StorageSettings"]
+from ._collector import StorageCollector
+from ._metrics import NAME
+from ._settings import StorageSettings
 
 
 def _create(settings: StorageSettings, env: CollectorEnv) -> StorageCollector:

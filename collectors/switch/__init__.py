@@ -4,7 +4,7 @@ Polls the switches in ``[[collectors.switch.targets]]``. In the default
 ``node`` mode a node polls only the ports whose LLDP neighbour is itself
 (matched by host name or NIC MAC), with plain GETs; ``switch`` mode walks
 every port (for a dedicated poller). Vendor tables come from data files in
-``collectors/profiles/``. See ``docs/signals.md`` for the exported families.
+``collectors/switch/profiles/``. See ``docs/signals.md`` for the exported families.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 from fabricwatch.collector import CollectorEnv, CollectorFactory
 
 from ._collector import SwitchCollector
-from ._config import SwitchSettings, TargetSettings, V3Settings
+from ._settings import SwitchSettings
 
 
 def _create(settings: SwitchSettings, env: CollectorEnv) -> SwitchCollector:
@@ -26,5 +26,3 @@ FACTORY: CollectorFactory[SwitchSettings] = CollectorFactory(
     description="Switch PFC pause, queue drops, link state and traffic over SNMP (LLDP uplinks).",
     default_enabled=True,
 )
-
-__all__ = ["FACTORY", "SwitchCollector", "SwitchSettings", "TargetSettings", "V3Settings"]

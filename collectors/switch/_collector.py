@@ -9,14 +9,16 @@ from pathlib import Path
 
 import structlog
 
+from fabricwatch import signals as fam
 from fabricwatch.collector import CollectionFailedError, CollectorEnv
-from fabricwatch.config import read_secret
+from fabricwatch.collectors.switchcommon.uplinks import find_uplinks, local_macs
 from fabricwatch.counters import CounterTracker
 from fabricwatch.errors import CollectorError, ConfigError
 from fabricwatch.readings import MetricSpec, Reading
+from fabricwatch.secrets import read_secret
 
 from . import _cbqos
-from . import _signals as sig
+from . import _metrics as sig
 from ._ber import Oid, Special, Value, VarBind
 from ._client import (
     NativeV2cSession,
@@ -26,16 +28,9 @@ from ._client import (
     V3Credentials,
     walk,
 )
-from ._config import SwitchSettings, TargetSettings
-from ._lldp import (
-    LOC_OIDS,
-    REM_OIDS,
-    find_uplinks,
-    local_macs,
-    map_local_ports,
-    parse_remote,
-)
+from ._lldp import LOC_OIDS, REM_OIDS, map_local_ports, parse_remote
 from ._profiles import Profile, ProfileSet, Table, load_profiles
+from ._settings import SwitchSettings, TargetSettings
 
 log = structlog.get_logger("fabricwatch.collectors.switch")
 
@@ -160,7 +155,7 @@ class SwitchCollector:
 
     def metrics(self) -> Sequence[MetricSpec]:
         """Every family this collector may produce."""
-        return sig.ALL
+        return sig.METRICS
 
     def target_state(self, name: str) -> _Target:
         """Runtime state of one target (for tests and the demo)."""
@@ -300,7 +295,7 @@ class SwitchCollector:
         if t.profile is not None and t.discovered_at is not None:
             out.append(Reading(sig.SWITCH_INFO.name, (t.name, t.profile.name, t.sys_name), 1.0))
             out.extend(
-                Reading(sig.UPLINK_INFO.name, (t.name, _port_label(t, i), nb), 1.0, ts=now)
+                Reading(fam.SW_UPLINK_INFO.name, (t.name, _port_label(t, i), nb), 1.0, ts=now)
                 for i, nb in t.uplink_ports.items()
             )
         return out
@@ -557,7 +552,7 @@ class SwitchCollector:
                 disc = ports[if_index].values.get("disc", 0) if if_index in ports else 0
                 epoch = (t.boot << 32) | (disc & 0xFFFFFFFF)
                 labels = (t.name, t.ports[if_index], queue)
-                out.append(Reading(sig.ECN_MARKED.name, labels, float(marks), ts=ts, epoch=epoch))
+                out.append(Reading(fam.SW_ECN.name, labels, float(marks), ts=ts, epoch=epoch))
         return out
 
     def _say_missing(self, t: _Target, ports: dict[int, _PortData]) -> None:
@@ -642,14 +637,14 @@ class SwitchCollector:
                     "switch_port_oper_changed", switch=sw, port=port, up=oper == 1, flaps=flaps
                 )
             t.oper[if_index] = oper
-            out.append(Reading(sig.PORT_UP.name, sp, 1.0 if oper == 1 else 0.0, ts=ts))
-            out.append(Reading(sig.PORT_FLAPS.name, sp, float(flaps), ts=ts))
+            out.append(Reading(fam.SW_PORT_UP.name, sp, 1.0 if oper == 1 else 0.0, ts=ts))
+            out.append(Reading(fam.SW_PORT_FLAPS.name, sp, float(flaps), ts=ts))
         speed_bps = self._speed_bps(t, if_index, pd)
         if speed_bps > 0:
-            out.append(Reading(sig.SPEED.name, sp, speed_bps / 8, ts=ts))
+            out.append(Reading(fam.SW_SPEED.name, sp, speed_bps / 8, ts=ts))
         for name, spec, direction in (
-            ("in_octets", sig.RX_BYTES, "rx"),
-            ("out_octets", sig.TX_BYTES, "tx"),
+            ("in_octets", fam.SW_RX_BYTES, "rx"),
+            ("out_octets", fam.SW_TX_BYTES, "tx"),
         ):
             if name in v:
                 out.append(Reading(spec.name, sp, float(v[name]), ts=ts, epoch=epoch))
@@ -657,17 +652,17 @@ class SwitchCollector:
                 if rate is not None and speed_bps > 0:
                     out.append(
                         Reading(
-                            sig.UTILIZATION.name,
+                            fam.SW_UTILIZATION.name,
                             (sw, port, direction),
                             min(1.0, rate * 8 / speed_bps),
                             ts=ts,
                         )
                     )
         for name, spec, direction in (
-            ("in_discards", sig.DISCARDS, "rx"),
-            ("out_discards", sig.DISCARDS, "tx"),
-            ("in_errors", sig.ERRORS, "rx"),
-            ("out_errors", sig.ERRORS, "tx"),
+            ("in_discards", fam.SW_DISCARDS, "rx"),
+            ("out_discards", fam.SW_DISCARDS, "tx"),
+            ("in_errors", fam.SW_ERRORS, "rx"),
+            ("out_errors", fam.SW_ERRORS, "tx"),
         ):
             if name in v:
                 out.append(
@@ -679,7 +674,7 @@ class SwitchCollector:
             if signal == "pfc_frames":
                 labels = (sw, port, str(sub), direction)
                 out.append(
-                    Reading(sig.PFC_PAUSE_FRAMES.name, labels, float(value), ts=ts, epoch=epoch)
+                    Reading(fam.SW_PFC_FRAMES.name, labels, float(value), ts=ts, epoch=epoch)
                 )
                 dur = c.get(("pfc_duration", direction, sub))
                 if dur is not None:
@@ -687,16 +682,16 @@ class SwitchCollector:
                 rate = self._rate((sw, if_index, signal, direction, sub), value, ts, tb.bits, epoch)
                 if rate is not None and speed_bps > 0:
                     ratio = min(1.0, rate * PAUSE_QUANTUM_BITS / speed_bps)
-                    out.append(Reading(sig.PFC_PAUSE_RATIO.name, labels, ratio, ts=ts))
+                    out.append(Reading(fam.SW_PFC_RATIO.name, labels, ratio, ts=ts))
             elif signal == "pfc_duration":
                 labels = (sw, port, str(sub), direction)
                 out.append(
-                    Reading(sig.PFC_PAUSE_SECONDS.name, labels, value * tb.unit, ts=ts, epoch=epoch)
+                    Reading(fam.SW_PFC_SECONDS.name, labels, value * tb.unit, ts=ts, epoch=epoch)
                 )
                 rate = self._rate((sw, if_index, signal, direction, sub), value, ts, tb.bits, epoch)
                 if rate is not None:
                     out.append(
-                        Reading(sig.PFC_PAUSE_RATIO.name, labels, min(1.0, rate * tb.unit), ts=ts)
+                        Reading(fam.SW_PFC_RATIO.name, labels, min(1.0, rate * tb.unit), ts=ts)
                     )
             elif signal == "pfc_total_frames":
                 labels = (sw, port, direction)
@@ -718,7 +713,7 @@ class SwitchCollector:
             elif signal == "link_pause_frames":
                 out.append(
                     Reading(
-                        sig.LINK_PAUSE_FRAMES.name,
+                        fam.SW_LINK_PAUSE_FRAMES.name,
                         (sw, port, direction),
                         float(value),
                         ts=ts,
@@ -728,7 +723,7 @@ class SwitchCollector:
             elif signal == "queue_drops":
                 out.append(
                     Reading(
-                        sig.QUEUE_DROPS.name,
+                        fam.SW_QUEUE_DROPS.name,
                         (sw, port, tb.queue_label(sub)),
                         float(value),
                         ts=ts,

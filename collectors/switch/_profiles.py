@@ -1,6 +1,6 @@
 """Vendor profiles: which SNMP tables carry PFC, pause time and queue drops.
 
-Profiles are data (``collectors/profiles/*.toml``), validated strictly with
+Profiles are data (``collectors/switch/profiles/*.toml``), validated strictly with
 :func:`fabricwatch.settings.build`. A profile is chosen by ``sysObjectID``
 prefix and/or a ``sysDescr`` regular expression; the highest ``rank`` among
 matching profiles wins, and ``generic`` (IEEE8021-PFC + EtherLike pause) is
@@ -17,10 +17,10 @@ from __future__ import annotations
 import re
 import tomllib
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Literal
 
+from fabricwatch.collectors.switchcommon.profiles import read_profile_texts
 from fabricwatch.errors import ConfigError
 from fabricwatch.settings import build, option
 
@@ -275,14 +275,7 @@ class ProfileSet:
 
 def load_profiles(extra_dirs: tuple[Path, ...] = ()) -> ProfileSet:
     """Load the built-in profiles plus ``*.toml`` from ``extra_dirs`` (same name overrides)."""
-    texts: dict[str, tuple[str, str]] = {}
-    builtin = resources.files("fabricwatch.collectors").joinpath("profiles")
-    for entry in sorted(builtin.iterdir(), key=lambda e: e.name):
-        if entry.name.endswith(".toml"):
-            texts[entry.name] = (entry.read_text(encoding="utf-8"), f"profiles/{entry.name}")
-    for d in extra_dirs:
-        for path in sorted(d.glob("*.toml")):
-            texts[path.name] = (path.read_text(encoding="utf-8"), str(path))
+    texts = read_profile_texts("fabricwatch.collectors.switch", extra_dirs)
     files = {name: (parse_profile(text, src), src) for name, (text, src) in texts.items()}
     generic_entry = next((v for v in files.values() if v[0].name == "generic"), None)
     if generic_entry is None:

@@ -29,11 +29,13 @@ from typing import Any
 from fabricwatch.clock import Clock
 from fabricwatch.collector import Collector, CollectorEnv, CollectorFactory, Registry
 from fabricwatch.collectors import builtin_registry
-from fabricwatch.collectors.gpu import Activity, GpuCollector, GpuSample, GpuSettings, SimulatedGPUs
+from fabricwatch.collectors.gpu._collector import GpuCollector
+from fabricwatch.collectors.gpu._settings import GpuSettings
+from fabricwatch.collectors.gpu._types import GpuSample
 from fabricwatch.collectors.nic._collector import NicCollector
 from fabricwatch.collectors.nic._settings import NicSettings
-from fabricwatch.collectors.storage import StorageCollector, StorageSettings
-from fabricwatch.collectors.switch.simagent import SimAgent, SimSwitch, demo_switch
+from fabricwatch.collectors.storage._collector import StorageCollector
+from fabricwatch.collectors.storage._settings import StorageSettings
 from fabricwatch.demo.scenarios import (
     CKPT,
     GPUS,
@@ -48,7 +50,9 @@ from fabricwatch.demo.scenarios import (
     Work,
 )
 from fabricwatch.readings import MetricSpec, Reading
+from fabricwatch.testing.sim_gpu import Activity, SimulatedGPUs
 from fabricwatch.testing.sim_nic import NicFixture, mlx5_ethtool_names
+from fabricwatch.testing.sim_snmp import SimAgent, SimSwitch, demo_switch
 
 GPU_MODEL = "H100"
 NIC_PCI = "0000:3b:00.0"

@@ -2,15 +2,18 @@
 
 WAL journal, ``synchronous=FULL`` (a committed transition survives ``kill -9``
 and power loss), schema versioned with ``PRAGMA user_version`` and applied by
-forward-only migrations, bounded retention. A file that is not ours, corrupt,
-or written by a newer fabricwatch raises :class:`~fabricwatch.errors.StoreError`
-with a message that says what to do.
+forward-only migrations, bounded retention; opening, the application id and
+the migrations are :mod:`fabricwatch.sqlite`'s. A file that is not ours,
+corrupt, or written by a newer fabricwatch raises
+:class:`~fabricwatch.errors.StoreError` with a message that says what to do.
 
-Other parts add their own tables in the same file and write them in the same
-transaction as each incident transition, e.g. the alerting outbox::
+Other parts keep their own tables in the same file and write them in the same
+transaction as each incident transition. The alerting outbox does both: it
+applies its tables as a schema part on this connection, and the daemon installs
+its router as a transition hook::
 
-    db.add_migration(2, ["CREATE TABLE outbox (...)"])   # before first use
-    db.add_transition_hook(lambda conn, tr: conn.execute("INSERT INTO outbox ..."))
+    outbox = Outbox(db.connect())          # fabricwatch.sqlite.migrate_part
+    db.add_transition_hook(router)         # router(conn, tr) enqueues outbox rows
 
 A hook that raises rolls the whole transaction back: the incident is then not
 recorded either, and the engine reports the error.
@@ -25,12 +28,12 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import sqlite3
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -39,13 +42,18 @@ import structlog
 from fabricwatch.engine.incidents import IncidentTransition, to_json
 from fabricwatch.errors import StateWriteError, StoreError
 from fabricwatch.readings import MetricKind, MetricSpec, Reading
-from fabricwatch.sqlite import describe, immediate_transaction, is_transient
+from fabricwatch.sqlite import (
+    DatabaseFile,
+    Schema,
+    immediate_transaction,
+    open_database,
+    open_read_only,
+)
 
 log = structlog.get_logger("fabricwatch.state")
 
 DB_FILENAME = "incidents.sqlite3"
 APPLICATION_ID = 0x46574931  # "FWI1": lets us refuse other programs' SQLite files
-SCHEMA_VERSION = 1
 
 TransitionHook = Callable[[sqlite3.Connection, IncidentTransition], object]
 
@@ -69,9 +77,11 @@ MAX_PENDING = 10_000
 """Transitions kept in memory while the disk refuses writes (about 30 MB at most)."""
 _LOG_EVERY = 60.0
 
-_BASE_MIGRATIONS: dict[int, tuple[str, ...]] = {
-    1: (
-        """CREATE TABLE incidents (
+INCIDENTS_SCHEMA = Schema(
+    "incidents",
+    {
+        1: (
+            """CREATE TABLE incidents (
             key TEXT PRIMARY KEY,
             node TEXT NOT NULL,
             kind TEXT NOT NULL,
@@ -86,9 +96,9 @@ _BASE_MIGRATIONS: dict[int, tuple[str, ...]] = {
             revision INTEGER NOT NULL,
             doc TEXT NOT NULL
         )""",
-        "CREATE INDEX incidents_updated ON incidents(updated_at)",
-        "CREATE INDEX incidents_state ON incidents(state, node)",
-        """CREATE TABLE transitions (
+            "CREATE INDEX incidents_updated ON incidents(updated_at)",
+            "CREATE INDEX incidents_state ON incidents(state, node)",
+            """CREATE TABLE transitions (
             id INTEGER PRIMARY KEY AUTOINCREMENT,
             key TEXT NOT NULL REFERENCES incidents(key) ON DELETE CASCADE,
             kind TEXT NOT NULL,
@@ -96,9 +106,11 @@ _BASE_MIGRATIONS: dict[int, tuple[str, ...]] = {
             revision INTEGER NOT NULL,
             doc TEXT NOT NULL
         )""",
-        "CREATE INDEX transitions_key ON transitions(key)",
-    ),
-}
+            "CREATE INDEX transitions_key ON transitions(key)",
+        ),
+    },
+)
+SCHEMA_VERSION = INCIDENTS_SCHEMA.newest
 
 
 class IncidentDB:
@@ -119,7 +131,13 @@ class IncidentDB:
         self._max = max_incidents
         self._clock = clock
         self._hooks: list[TransitionHook] = []
-        self._migrations: dict[int, Sequence[str]] = dict(_BASE_MIGRATIONS)
+        self._file = DatabaseFile(
+            path,
+            "incident database",
+            APPLICATION_ID,
+            INCIDENTS_SCHEMA,
+            elsewhere="point --state-dir elsewhere",
+        )
         for version, stmts in (migrations or {}).items():
             self.add_migration(version, stmts)
         self._conn: sqlite3.Connection | None = None
@@ -141,17 +159,16 @@ class IncidentDB:
     @property
     def schema_version(self) -> int:
         """The newest schema version this instance migrates to."""
-        return max(self._migrations)
+        return self._file.schema.newest
 
     def add_migration(self, version: int, statements: Sequence[str]) -> None:
         """Register a migration (before first use). Versions must be new and > 1."""
         if self._conn_or_none() is not None:
             msg = "add migrations before the database is first used"
             raise RuntimeError(msg)
-        if version in self._migrations:
-            msg = f"migration {version} already registered"
-            raise ValueError(msg)
-        self._migrations[version] = tuple(statements)
+        self._file = replace(
+            self._file, schema=self._file.schema.with_migration(version, statements)
+        )
 
     def add_transition_hook(self, hook: TransitionHook) -> None:
         """Call ``hook(conn, transition)`` inside each recording transaction."""
@@ -165,133 +182,21 @@ class IncidentDB:
         return getattr(self, "_conn", None)
 
     def _fail(self, what: str, exc: BaseException) -> StoreError:
-        if is_transient(exc):
-            # The file is fine; moving it aside would throw away undelivered pages.
-            return StateWriteError(
-                f"incident database {self.path}: {what}: {describe(exc)}. Free space on "
-                f"(or remount read-write) the file system of {self.path.parent}; "
-                "fabricwatch keeps monitoring and retries."
-            )
-        return StoreError(
-            f"incident database {self.path}: {what}: {describe(exc)}. Move the file aside "
-            "(fabricwatch starts a new one) or restore it from a backup."
-        )
+        return self._file.error(what, exc)
 
     def connect(self) -> sqlite3.Connection:
         """Open (creating and migrating as needed) and return the connection."""
-        if self._conn is not None:
-            return self._conn
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            conn = sqlite3.connect(self.path, isolation_level=None, timeout=5.0)
-        except (OSError, sqlite3.Error) as exc:
-            if isinstance(exc, OSError) or is_transient(exc):
-                raise StateWriteError(
-                    f"cannot open incident database {self.path}: {describe(exc)}"
-                ) from None
-            raise StoreError(f"cannot open incident database {self.path}: {exc}") from None
-        try:
-            conn.execute("PRAGMA busy_timeout = 5000")
-            app_id = conn.execute("PRAGMA application_id").fetchone()[0]
-            version = conn.execute("PRAGMA user_version").fetchone()[0]
-            tables = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
-            if app_id not in (0, APPLICATION_ID) or (app_id == 0 and tables and version == 0):
-                conn.close()
-                msg = f"incident database {self.path}: not a fabricwatch incident database"
-                raise StoreError(
-                    msg + " (another program's SQLite file); point --state-dir elsewhere"
-                )
-            if version > self.schema_version:
-                conn.close()
-                msg = (
-                    f"incident database {self.path} has schema version {version}, newer than this "
-                    f"fabricwatch understands ({self.schema_version}); upgrade fabricwatch or "
-                    "point --state-dir elsewhere"
-                )
-                raise StoreError(msg)
-            check = conn.execute("PRAGMA quick_check").fetchone()[0]
-            if check != "ok":
-                conn.close()
-                raise self._fail("integrity check failed", RuntimeError(check))
-            conn.execute("PRAGMA journal_mode = WAL")
-            conn.execute("PRAGMA synchronous = FULL")
-            conn.execute("PRAGMA foreign_keys = ON")
-            self._migrate(conn, version)
-        except sqlite3.DatabaseError as exc:
-            conn.close()
-            what = "cannot open" if is_transient(exc) else "corrupt or not a database"
-            raise self._fail(what, exc) from None
-        self._conn = conn
-        return conn
+        if self._conn is None:
+            self._conn = open_database(self._file)
+        return self._conn
 
     def connect_read_only(self) -> sqlite3.Connection:
         """Open an existing database for reading only: no creation, migration or
         journal change, so it works beside the running daemon and for a user who
         may read the file but not write it (``fabricwatch incidents``)."""
-        if self._conn is not None:
-            return self._conn
-        if not self.path.is_file():
-            raise StoreError(f"no database at {self.path}")
-        if not os.access(self.path, os.R_OK):
-            msg = f"cannot read {self.path}: permission denied (the daemon's state is root's)"
-            raise StoreError(msg)
-        uri = self.path.resolve().as_uri() + "?mode=ro"
-        try:
-            conn = self._open_read_only(uri)
-        except sqlite3.OperationalError as exc:
-            if self.path.with_name(self.path.name + "-wal").exists():
-                raise StoreError(f"cannot read incident database {self.path}: {exc}") from None
-            # A WAL database whose writer is gone has no -shm to map, and a
-            # reader who may not create one cannot open it; with no writer the
-            # file is immutable for as long as we read.
-            try:
-                conn = self._open_read_only(uri + "&immutable=1")
-            except sqlite3.OperationalError as exc2:
-                msg = f"cannot read incident database {self.path}: {exc2}"
-                raise StoreError(msg) from None
-        except sqlite3.DatabaseError as exc:
-            raise self._fail("corrupt or not a database", exc) from None
-        self._conn = conn
-        return conn
-
-    def _open_read_only(self, uri: str) -> sqlite3.Connection:
-        conn = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=5.0)
-        try:
-            conn.execute("PRAGMA busy_timeout = 5000")
-            app_id = conn.execute("PRAGMA application_id").fetchone()[0]
-            version = conn.execute("PRAGMA user_version").fetchone()[0]
-        except sqlite3.DatabaseError:
-            conn.close()
-            raise
-        if app_id not in (0, APPLICATION_ID) or version == 0:
-            conn.close()
-            msg = f"incident database {self.path}: not a fabricwatch incident database"
-            raise StoreError(msg + " (another program's SQLite file); point --state-dir elsewhere")
-        if version > self.schema_version:
-            conn.close()
-            msg = (
-                f"incident database {self.path} has schema version {version}, newer than this "
-                f"fabricwatch understands ({self.schema_version}); upgrade fabricwatch"
-            )
-            raise StoreError(msg)
-        return conn
-
-    def _migrate(self, conn: sqlite3.Connection, version: int) -> None:
-        for v in sorted(self._migrations):
-            if v <= version:
-                continue
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                for stmt in self._migrations[v]:
-                    conn.execute(stmt)
-                conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
-                conn.execute(f"PRAGMA user_version = {int(v)}")
-                conn.execute("COMMIT")
-            except BaseException:
-                if conn.in_transaction:
-                    with contextlib.suppress(sqlite3.Error):
-                        conn.execute("ROLLBACK")
-                raise
+        if self._conn is None:
+            self._conn = open_read_only(self._file)
+        return self._conn
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:

@@ -1,8 +1,9 @@
 """The metric families the engine reads (``docs/signals.md``) and small readers.
 
-The names and label orders here are the contract with the collectors; the
-specs are also what replay and the scenario simulator register in a fresh
-:class:`~fabricwatch.store.SnapshotStore`, so live and replay share one shape.
+The specs are the signals contract of :mod:`fabricwatch.signals`, which the
+collectors export too; they are also what replay and the scenario simulator
+register in a fresh :class:`~fabricwatch.store.SnapshotStore`, so live and
+replay share one shape.
 """
 
 from __future__ import annotations
@@ -12,102 +13,53 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 
-from fabricwatch.readings import MetricKind, MetricSpec
+from fabricwatch import signals as fam
+from fabricwatch.readings import MetricSpec
 from fabricwatch.store import Series
 
-G = MetricKind.GAUGE
-C = MetricKind.COUNTER
-H = MetricKind.HISTOGRAM
+# Family names the engine's modules use; the specs are the contract's
+# (fabricwatch/signals.py), declared once for collectors and engine alike.
+GPU_UTIL = fam.GPU_UTIL.name
+GPU_SM = fam.GPU_SM.name
+GPU_POWER = fam.GPU_POWER.name
+GPU_POWER_LIMIT = fam.GPU_POWER_LIMIT.name
+GPU_MEM = fam.GPU_MEM.name
+GPU_PROCS = fam.GPU_PROCS.name
+GPU_HEALTHY = fam.GPU_HEALTHY.name
+GPU_XID = fam.GPU_XID.name
+NVLINK_TX = fam.NVLINK_TX.name
+NVLINK_RX = fam.NVLINK_RX.name
+NVLINK_ERRORS = fam.NVLINK_ERRORS.name
+NVLINK_UP = fam.NVLINK_UP.name
+GPU_INFO = fam.GPU_INFO.name
+GPU_JOB = fam.GPU_JOB.name
+SW_PFC_RATIO = fam.SW_PFC_RATIO.name
+SW_PFC_FRAMES = fam.SW_PFC_FRAMES.name
+SW_ECN = fam.SW_ECN.name
+SW_PORT_UP = fam.SW_PORT_UP.name
+SW_RX_BYTES = fam.SW_RX_BYTES.name
+SW_TX_BYTES = fam.SW_TX_BYTES.name
+SW_DISCARDS = fam.SW_DISCARDS.name
+SW_SPEED = fam.SW_SPEED.name
+NIC_PFC_RATIO = fam.NIC_PFC_RATIO.name
+NIC_PFC_FRAMES = fam.NIC_PFC_FRAMES.name
+NIC_ECN = fam.NIC_ECN.name
+NIC_CNP_SENT = fam.NIC_CNP_SENT.name
+NIC_CNP_HANDLED = fam.NIC_CNP_HANDLED.name
+NIC_XMIT_WAIT = fam.NIC_XMIT_WAIT.name
+NIC_LINK_UP = fam.NIC_LINK_UP.name
+NIC_LINK_DOWNED = fam.NIC_LINK_DOWNED.name
+NIC_TX_BYTES = fam.NIC_TX_BYTES.name
+NIC_RX_BYTES = fam.NIC_RX_BYTES.name
+NIC_RATE = fam.NIC_RATE.name
+ST_PROBE_HIST = fam.ST_PROBE_HIST.name
+ST_PROBE_LAST = fam.ST_PROBE_LAST.name
+ST_PROBE_FAIL = fam.ST_PROBE_FAIL.name
+ST_WRITE_LAT = fam.ST_WRITE_LAT.name
+ST_WRITE_BYTES = fam.ST_WRITE_BYTES.name
+ST_WRITE_BURST = fam.ST_WRITE_BURST.name
 
-GPU_UTIL = "fabricwatch_gpu_utilization_ratio"
-GPU_SM = "fabricwatch_gpu_sm_active_ratio"
-GPU_POWER = "fabricwatch_gpu_power_watts"
-GPU_POWER_LIMIT = "fabricwatch_gpu_power_limit_watts"
-GPU_MEM = "fabricwatch_gpu_memory_used_bytes"
-GPU_PROCS = "fabricwatch_gpu_compute_processes"
-GPU_HEALTHY = "fabricwatch_gpu_healthy"
-GPU_XID = "fabricwatch_gpu_xid_errors"
-NVLINK_TX = "fabricwatch_gpu_nvlink_transmit_bytes"
-NVLINK_RX = "fabricwatch_gpu_nvlink_receive_bytes"
-NVLINK_ERRORS = "fabricwatch_gpu_nvlink_errors"
-NVLINK_UP = "fabricwatch_gpu_nvlink_up"
-GPU_INFO = "fabricwatch_gpu_info"
-GPU_JOB = "fabricwatch_gpu_job_info"
-SW_PFC_RATIO = "fabricwatch_switch_pfc_pause_ratio"
-SW_PFC_FRAMES = "fabricwatch_switch_pfc_pause_frames"
-SW_ECN = "fabricwatch_switch_ecn_marked_packets"
-SW_PORT_UP = "fabricwatch_switch_port_up"
-SW_RX_BYTES = "fabricwatch_switch_port_receive_bytes"
-SW_TX_BYTES = "fabricwatch_switch_port_transmit_bytes"
-SW_DISCARDS = "fabricwatch_switch_port_discards"
-SW_SPEED = "fabricwatch_switch_port_speed_bytes"
-NIC_PFC_RATIO = "fabricwatch_nic_pfc_pause_ratio"
-NIC_PFC_FRAMES = "fabricwatch_nic_pfc_pause_frames"
-NIC_ECN = "fabricwatch_nic_ecn_marked_packets"
-NIC_CNP_SENT = "fabricwatch_nic_cnp_sent_packets"
-NIC_CNP_HANDLED = "fabricwatch_nic_cnp_handled_packets"
-NIC_XMIT_WAIT = "fabricwatch_nic_xmit_wait_ratio"
-NIC_LINK_UP = "fabricwatch_nic_link_up"
-NIC_LINK_DOWNED = "fabricwatch_nic_link_downed"
-NIC_TX_BYTES = "fabricwatch_nic_transmit_bytes"
-NIC_RX_BYTES = "fabricwatch_nic_receive_bytes"
-NIC_RATE = "fabricwatch_nic_link_rate_bytes_per_second"
-ST_PROBE_HIST = "fabricwatch_storage_probe_latency_seconds"
-ST_PROBE_LAST = "fabricwatch_storage_probe_last_latency_seconds"
-ST_PROBE_FAIL = "fabricwatch_storage_probe_failures"
-ST_WRITE_LAT = "fabricwatch_storage_write_latency_seconds"
-ST_WRITE_BYTES = "fabricwatch_storage_write_bytes"
-ST_WRITE_BURST = "fabricwatch_storage_write_burst"
-
-_SW = ("switch", "port")
-_SWP = ("switch", "port", "priority", "direction")
-_NIC = ("device", "port")
-_NICP = ("device", "port", "priority", "direction")
-
-SIGNAL_SPECS: Mapping[str, MetricSpec] = {
-    s.name: s
-    for s in (
-        MetricSpec(GPU_UTIL, G, "NVML utilization.gpu, 0-1.", ("gpu",)),
-        MetricSpec(GPU_SM, G, "SM activity, 0-1.", ("gpu",)),
-        MetricSpec(GPU_POWER, G, "GPU power draw in watts.", ("gpu",)),
-        MetricSpec(GPU_POWER_LIMIT, G, "Enforced power limit in watts.", ("gpu",)),
-        MetricSpec(GPU_MEM, G, "Framebuffer memory used in bytes.", ("gpu",)),
-        MetricSpec(GPU_PROCS, G, "Compute processes on the GPU.", ("gpu",)),
-        MetricSpec(GPU_HEALTHY, G, "1 healthy, 0 lost or failed.", ("gpu",)),
-        MetricSpec(GPU_XID, C, "XID events seen.", ("gpu", "xid")),
-        MetricSpec(NVLINK_TX, C, "NVLink transmitted bytes.", ("gpu", "link")),
-        MetricSpec(NVLINK_RX, C, "NVLink received bytes.", ("gpu", "link")),
-        MetricSpec(NVLINK_ERRORS, C, "NVLink errors by type.", ("gpu", "link", "type")),
-        MetricSpec(NVLINK_UP, G, "NVLink state, 1 active.", ("gpu", "link")),
-        MetricSpec(GPU_INFO, G, "GPU identity.", ("gpu", "uuid", "model", "pci_bus_id")),
-        MetricSpec(GPU_JOB, G, "Job owning the GPU's processes.", ("gpu", "job_id")),
-        MetricSpec(SW_PFC_RATIO, G, "Switch PFC pause-time fraction, 0-1.", _SWP),
-        MetricSpec(SW_PFC_FRAMES, C, "Switch PFC pause frames.", _SWP),
-        MetricSpec(SW_ECN, C, "Switch ECN-marked packets.", ("switch", "port", "queue")),
-        MetricSpec(SW_PORT_UP, G, "Switch port oper status, 1 up.", _SW),
-        MetricSpec(SW_RX_BYTES, C, "Switch port received bytes.", _SW),
-        MetricSpec(SW_TX_BYTES, C, "Switch port transmitted bytes.", _SW),
-        MetricSpec(SW_DISCARDS, C, "Switch port discards.", (*_SW, "direction")),
-        MetricSpec(SW_SPEED, G, "Switch port speed in bytes per second.", _SW),
-        MetricSpec(NIC_PFC_RATIO, G, "Host NIC PFC pause-time fraction, 0-1.", _NICP),
-        MetricSpec(NIC_PFC_FRAMES, C, "Host NIC PFC pause frames.", _NICP),
-        MetricSpec(NIC_ECN, C, "RoCE packets received ECN-marked.", _NIC),
-        MetricSpec(NIC_CNP_SENT, C, "CNPs sent.", _NIC),
-        MetricSpec(NIC_CNP_HANDLED, C, "CNPs handled (rate cut).", _NIC),
-        MetricSpec(NIC_XMIT_WAIT, G, "Share of time the port waited to transmit.", _NIC),
-        MetricSpec(NIC_LINK_UP, G, "NIC port state, 1 active.", _NIC),
-        MetricSpec(NIC_LINK_DOWNED, C, "NIC link_downed events.", _NIC),
-        MetricSpec(NIC_TX_BYTES, C, "RDMA port transmitted bytes.", _NIC),
-        MetricSpec(NIC_RX_BYTES, C, "RDMA port received bytes.", _NIC),
-        MetricSpec(NIC_RATE, G, "RDMA port link rate in bytes per second.", _NIC),
-        MetricSpec(ST_PROBE_HIST, H, "Storage probe latency in seconds.", ("path",)),
-        MetricSpec(ST_PROBE_LAST, G, "Latest storage probe latency in seconds.", ("path",)),
-        MetricSpec(ST_PROBE_FAIL, C, "Storage probe failures.", ("path", "reason")),
-        MetricSpec(ST_WRITE_LAT, G, "Average write latency in seconds.", ("path",)),
-        MetricSpec(ST_WRITE_BYTES, C, "Bytes written to the path.", ("path",)),
-        MetricSpec(ST_WRITE_BURST, G, "1 while writes exceed their baseline.", ("path",)),
-    )
-}
+SIGNAL_SPECS: Mapping[str, MetricSpec] = {s.name: s for s in fam.SIGNALS}
 """Every family of ``docs/signals.md``, by name."""
 
 FAMILY_GROUPS: Mapping[str, tuple[str, ...]] = {

@@ -1,9 +1,10 @@
 """One replica's SQLite state: cluster incidents, their transitions and the outbox.
 
-Same pattern as :mod:`fabricwatch.engine.db`: WAL, ``synchronous=FULL`` (a
-recorded transition and its outbox rows survive ``kill -9``), forward-only
-migrations under ``PRAGMA user_version``, an application id that refuses other
-programs' files. A transition this replica decides is written together with
+Opened and migrated like the incident store, by :mod:`fabricwatch.sqlite`:
+WAL, ``synchronous=FULL`` (a recorded transition and its outbox rows survive
+``kill -9``), forward-only migrations under ``PRAGMA user_version``, an
+application id that refuses other programs' files; the outbox's tables are a
+schema part of this file. A transition this replica decides is written together with
 its outbox rows in one transaction (:meth:`FleetDB.record`); announcements
 of other replicas are copied in (:meth:`FleetDB.remember`) so every replica's
 file holds the fleet's history and ``/api/v1/incidents`` reads it.
@@ -20,13 +21,15 @@ from pathlib import Path
 from typing import Any
 
 from fabricwatch.errors import StoreError
-from fabricwatch.sqlite import immediate_transaction
+from fabricwatch.sqlite import DatabaseFile, Schema, immediate_transaction, open_database
 
 DB_FILENAME = "fleet.sqlite3"
 APPLICATION_ID = 0x46574631  # "FWF1"
-_MIGRATIONS: dict[int, tuple[str, ...]] = {
-    1: (
-        """CREATE TABLE cluster_incidents (
+FLEET_SCHEMA = Schema(
+    "fleet",
+    {
+        1: (
+            """CREATE TABLE cluster_incidents (
             key TEXT PRIMARY KEY,
             cluster TEXT NOT NULL,
             group_id TEXT NOT NULL,
@@ -39,8 +42,8 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
             revision INTEGER NOT NULL,
             doc TEXT NOT NULL
         )""",
-        "CREATE INDEX cluster_incidents_state ON cluster_incidents(state, updated_at)",
-        """CREATE TABLE cluster_transitions (
+            "CREATE INDEX cluster_incidents_state ON cluster_incidents(state, updated_at)",
+            """CREATE TABLE cluster_transitions (
             id INTEGER PRIMARY KEY AUTOINCREMENT,
             key TEXT NOT NULL,
             kind TEXT NOT NULL,
@@ -49,9 +52,10 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
             owner TEXT NOT NULL,
             doc TEXT NOT NULL
         )""",
-        "CREATE INDEX cluster_transitions_key ON cluster_transitions(key)",
-    ),
-}
+            "CREATE INDEX cluster_transitions_key ON cluster_transitions(key)",
+        ),
+    },
+)
 _UPSERT = """INSERT INTO cluster_incidents (key, cluster, group_id, state, cause, owner, onset,
         updated_at, resolved_at, revision, doc) VALUES (?,?,?,?,?,?,?,?,?,?,?)
     ON CONFLICT(key) DO UPDATE SET state=excluded.state, cause=excluded.cause,
@@ -83,6 +87,9 @@ class FleetDB:
     def __init__(self, path: Path, *, retention: float = 30 * 86400.0) -> None:
         self.path = path
         self._retention = retention
+        self._file = DatabaseFile(
+            path, "fleet database", APPLICATION_ID, FLEET_SCHEMA, elsewhere="set fleet.state_dir"
+        )
         self._conn: sqlite3.Connection | None = None
 
     @classmethod
@@ -92,50 +99,9 @@ class FleetDB:
 
     def connect(self) -> sqlite3.Connection:
         """Open, check and migrate (once); returns the connection."""
-        if self._conn is not None:
-            return self._conn
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            conn = sqlite3.connect(self.path, isolation_level=None, timeout=5.0)
-        except (OSError, sqlite3.Error) as exc:
-            raise StoreError(f"cannot open fleet database {self.path}: {exc}") from None
-        try:
-            app_id = conn.execute("PRAGMA application_id").fetchone()[0]
-            version = conn.execute("PRAGMA user_version").fetchone()[0]
-            tables = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
-            if app_id not in (0, APPLICATION_ID) or (app_id == 0 and tables):
-                conn.close()
-                msg = f"{self.path} is not a fabricwatch fleet database; set fleet.state_dir"
-                raise StoreError(msg)
-            newest = max(_MIGRATIONS)
-            if version > newest:
-                conn.close()
-                msg = (
-                    f"fleet database {self.path} has schema version {version}, newer than this "
-                    f"fabricwatch understands ({newest}); upgrade or set fleet.state_dir"
-                )
-                raise StoreError(msg)
-            if conn.execute("PRAGMA quick_check").fetchone()[0] != "ok":
-                conn.close()
-                msg = f"fleet database {self.path} is corrupt; move it aside (it is rebuilt)"
-                raise StoreError(msg)
-            conn.execute("PRAGMA journal_mode = WAL")
-            conn.execute("PRAGMA synchronous = FULL")
-            for v in sorted(_MIGRATIONS):
-                if v <= version:
-                    continue
-                conn.execute("BEGIN IMMEDIATE")
-                for stmt in _MIGRATIONS[v]:
-                    conn.execute(stmt)
-                conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
-                conn.execute(f"PRAGMA user_version = {int(v)}")
-                conn.execute("COMMIT")
-        except sqlite3.DatabaseError as exc:
-            conn.close()
-            msg = f"fleet database {self.path}: {exc}; move it aside (it is rebuilt)"
-            raise StoreError(msg) from None
-        self._conn = conn
-        return conn
+        if self._conn is None:
+            self._conn = open_database(self._file)
+        return self._conn
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:

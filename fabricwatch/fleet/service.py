@@ -35,7 +35,6 @@ import aiomqtt
 import structlog
 from aiohttp import web
 
-from fabricwatch.config import read_secret
 from fabricwatch.errors import FabricwatchError, ParseError, StoreError
 from fabricwatch.fleet.db import FleetDB
 from fabricwatch.fleet.grouper import Grouper, GroupTransition
@@ -53,19 +52,14 @@ from fabricwatch.outputs.alerting import METRICS as ALERT_METRICS
 from fabricwatch.outputs.alerting import MQTT_CONNECTED, MQTT_CONNECTS, outbox_readings
 from fabricwatch.outputs.exposition import ReloadStatus, build_registry
 from fabricwatch.outputs.mqtt import tls_context, topic_segment
-from fabricwatch.outputs.outbox import (
-    Outbox,
-    OutboxSender,
-    RetryPolicy,
-    TokenBucket,
-    iso,
-    settle_pending,
-)
+from fabricwatch.outputs.outbox import Outbox, iso, settle_pending
+from fabricwatch.outputs.sender import build_sender
 from fabricwatch.outputs.settings import AlertingSettings, MqttSettings
-from fabricwatch.outputs.sinks import Route, Router, build_sinks
+from fabricwatch.outputs.sinks import Route, Router
 from fabricwatch.outputs.web import Route as WebRoute
 from fabricwatch.outputs.web import WebServer
 from fabricwatch.readings import MetricKind, MetricSpec, Reading
+from fabricwatch.secrets import read_secret
 from fabricwatch.settings import parse_duration
 from fabricwatch.store import SnapshotStore
 from fabricwatch.webconfig import WebConfig
@@ -171,24 +165,9 @@ class FleetAggregator:
         self.db = FleetDB.in_dir(state_dir)
         self.grouper = Grouper(fleet, self.replica)
         self.outbox = Outbox(self.db.connect(), clock=wall)
-        built = build_sinks(
-            alerting.sinks if alerting.enabled else [], monotonic=monotonic, clock=wall
-        )
-        self._routes: list[Route] = list(built.routes)
-        limits: dict[str, TokenBucket] = dict(built.limits)
-        self.sender = OutboxSender(
-            self.outbox,
-            built.sinks,
-            RetryPolicy(
-                max_age=alerting.max_age,
-                backoff_initial=alerting.backoff_initial,
-                backoff_max=alerting.backoff_max,
-                max_retry_after=alerting.max_retry_after,
-                retention=alerting.retention,
-            ),
-            limits=limits,
-            monotonic=monotonic,
-        )
+        built = build_sender(self.outbox, alerting, monotonic=monotonic, clock=wall)
+        self._routes: list[Route] = built.routes
+        self.sender = built.sender
         self._routers: dict[str, Router] = {}
         # Every tick re-ingests every live series: one not refreshed for a few ticks
         # is gone (a resolved cause, an expired job), not left at its last value.

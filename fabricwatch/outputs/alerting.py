@@ -1,11 +1,14 @@
-"""Wiring of the alerting outputs, and their self metrics.
+"""The alerting outputs of one daemon, and their self metrics.
 
 :class:`AlertingService` builds, from ``[alerting]`` and ``[mqtt]``, the
-outbox on the incident database's connection, the router (installed as the
-database's transition hook, so every transition is enqueued in the
-transaction that records it), the sender with one worker per sink, and the
-MQTT publisher. It also implements the :class:`~fabricwatch.collector.Collector`
-protocol, so the supervisor can collect its self metrics like any collector's.
+outbox on the incident database's connection, the router, the sender with one
+worker per sink (the router wakes it when it enqueues) and the MQTT publisher.
+It installs nothing on the database: its owner makes :attr:`AlertingService.router`
+the database's transition hook (``Daemon._attach_outputs``), so every
+transition is enqueued in the transaction that records it. It has the shape
+of a :class:`~fabricwatch.collector.Collector` (``name``, ``metrics``,
+``collect``), but no supervisor runs it: the daemon's tick loop puts its
+:meth:`AlertingService.collect` readings in the store.
 """
 
 from __future__ import annotations
@@ -17,14 +20,16 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from fabricwatch.config import read_secret
 from fabricwatch.engine.db import IncidentDB
 from fabricwatch.errors import ConfigError
 from fabricwatch.outputs.mqtt import MqttPublisher, MqttSink, publish_metrics
-from fabricwatch.outputs.outbox import Outbox, OutboxSender, RetryPolicy, Sink, TokenBucket
+from fabricwatch.outputs.outbox import Outbox
+from fabricwatch.outputs.sender import OutboxSender, build_sender
 from fabricwatch.outputs.settings import MQTT_SINK, AlertingSettings, MqttSettings
-from fabricwatch.outputs.sinks import Route, Router, build_sinks
+from fabricwatch.outputs.sinks import Route, Router
+from fabricwatch.outputs.sinks.protocol import Sink
 from fabricwatch.readings import MetricKind, MetricSpec, Reading
+from fabricwatch.secrets import read_secret
 
 ATTEMPTS = MetricSpec(
     "fabricwatch_alert_delivery_attempts",
@@ -144,13 +149,8 @@ class AlertingService:
     ) -> None:
         self._clock = clock
         self.outbox = Outbox(db.connect(), clock=clock)
-        built = build_sinks(
-            alerting.sinks if alerting.enabled else [], monotonic=monotonic, clock=clock
-        )
-        sinks: list[Sink] = list(built.sinks)
-        routes: list[Route] = list(built.routes)
-        limits: dict[str, TokenBucket] = dict(built.limits)
         self.publisher: MqttPublisher | None = None
+        extra: list[tuple[Sink, Route]] = []
         if mqtt.enabled:
             password = (
                 read_secret(mqtt.password_file, key="mqtt.password_file")
@@ -159,33 +159,15 @@ class AlertingService:
             )
             self.publisher = MqttPublisher(mqtt, node=node, cluster=cluster, password=password)
             if mqtt.incidents:
-                sinks.append(
-                    MqttSink(
-                        self.publisher,
-                        self.publisher.topics.incidents,
-                        timeout=mqtt.publish_timeout,
-                    )
+                sink = MqttSink(
+                    self.publisher, self.publisher.topics.incidents, timeout=mqtt.publish_timeout
                 )
                 # Every incident goes to the fleet; the aggregator decides what matters.
-                routes.append(Route(MQTT_SINK, min_severity="info"))
-        self.router = Router(cluster, routes, clock=clock)
-        self.sender = OutboxSender(
-            self.outbox,
-            sinks,
-            RetryPolicy(
-                max_age=alerting.max_age,
-                backoff_initial=alerting.backoff_initial,
-                backoff_max=alerting.backoff_max,
-                max_retry_after=alerting.max_retry_after,
-                retention=alerting.retention,
-                auth_retries=alerting.auth_failure_retries,
-            ),
-            limits=limits,
-            monotonic=monotonic,
-        )
+                extra.append((sink, Route(MQTT_SINK, min_severity="info")))
+        built = build_sender(self.outbox, alerting, extra=extra, monotonic=monotonic, clock=clock)
+        self.sender = built.sender
+        self.router = Router(cluster, built.routes, clock=clock)
         self.router.set_listener(self.sender.wake)
-        self._db = db
-        db.add_transition_hook(self.router)
         if self.publisher is not None:
             self.publisher.on_connect(lambda: self.sender.receiver_back(MQTT_SINK))
         self._summary = summary
@@ -215,10 +197,6 @@ class AlertingService:
     async def collect(self) -> Sequence[Reading]:
         """Self-metric readings."""
         return outbox_readings(self.sender, self.outbox, self.publisher, self._clock())
-
-    def detach(self) -> None:
-        """Stop routing new transitions here (a rebuilt service takes over)."""
-        self._db.remove_transition_hook(self.router)
 
     async def close(self) -> None:
         """Stop the sender (pending rows stay), publish offline, disconnect."""

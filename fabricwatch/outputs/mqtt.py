@@ -38,9 +38,9 @@ import aiomqtt
 import structlog
 
 from fabricwatch.errors import ConfigError, DeliveryError
-from fabricwatch.outputs.outbox import Delivery, SinkError, iso
+from fabricwatch.outputs.outbox import Delivery, iso
 from fabricwatch.outputs.settings import MQTT_SINK, MqttSettings
-from fabricwatch.store import SnapshotStore
+from fabricwatch.outputs.sinks.protocol import SinkError
 
 log = structlog.get_logger("fabricwatch.mqtt")
 
@@ -306,22 +306,6 @@ class MqttSink:
                 await self._pub.publish(self._topic, d.body(), qos=1, retain=False)
             except DeliveryError as exc:
                 raise SinkError(str(exc)) from None
-
-
-def store_summary(store: SnapshotStore) -> dict[str, Any]:
-    """A compact view of the snapshot store: per family, series count and max/rate sum."""
-    out: dict[str, Any] = {}
-    for name in sorted(store.specs()):
-        series = store.family(name)
-        if not series:
-            continue
-        rates = [s.rate.per_second for s in series if s.rate is not None]
-        if store.specs()[name].kind.value == "counter":
-            out[name] = {"series": len(series), "rate_sum": round(sum(rates), 6)}
-        else:
-            values = [s.value for s in series]
-            out[name] = {"series": len(series), "max": max(values), "min": min(values)}
-    return out
 
 
 async def publish_metrics(

@@ -4,7 +4,7 @@ Built with :func:`fabricwatch.settings.build` like every other table; the lead
 adds :class:`AlertingSettings` and :class:`MqttSettings` to the root config.
 Secrets (PagerDuty routing keys, webhook signing secrets, bearer tokens, the
 MQTT password) are only ever named by ``*_file`` keys and read with
-:func:`fabricwatch.config.read_secret`.
+:func:`fabricwatch.secrets.read_secret`.
 
 Example::
 

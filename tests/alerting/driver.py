@@ -48,6 +48,7 @@ async def webhook(args: argparse.Namespace) -> int:
         },
     )
     svc = AlertingService(alerting, MqttSettings(), db, node="crash-node", cluster="prod")
+    db.add_transition_hook(svc.router)  # as Daemon._attach_outputs
     now = time.time()
     for i in range(args.enqueue):
         inc = make_incident(f"{i:016x}", node="crash-node", onset=now)
@@ -70,6 +71,7 @@ async def mqtt(args: argparse.Namespace) -> int:
         {"enabled": True, "port": args.port, "keepalive": 5, "reconnect_max": 1.0},
     )
     svc = AlertingService(AlertingSettings(), settings, db, node=args.node, cluster="prod")
+    db.add_transition_hook(svc.router)  # as Daemon._attach_outputs
     await svc.start()
     assert svc.publisher is not None
     if not await svc.publisher.wait_connected(10.0):

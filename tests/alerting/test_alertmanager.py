@@ -12,7 +12,8 @@ import pytest
 
 from fabricwatch.engine.db import IncidentDB
 from fabricwatch.engine.incidents import IncidentTransition
-from fabricwatch.outputs.outbox import Outbox, OutboxSender, RetryPolicy
+from fabricwatch.outputs.outbox import Outbox
+from fabricwatch.outputs.sender import OutboxSender, RetryPolicy
 from fabricwatch.outputs.sinks import AlertmanagerSink, Route, Router
 from tests.alerting.conftest import Alertmanager, make_incident, opened, resolved
 

@@ -18,7 +18,8 @@ from standardwebhooks import Webhook, WebhookVerificationError
 
 from fabricwatch.engine.incidents import to_json
 from fabricwatch.errors import ConfigError
-from fabricwatch.outputs.outbox import Outbox, OutboxSender, RetryPolicy, SinkError, TokenBucket
+from fabricwatch.outputs.outbox import Outbox
+from fabricwatch.outputs.sender import OutboxSender, RetryPolicy
 from fabricwatch.outputs.settings import SinkSettings
 from fabricwatch.outputs.sinks import (
     AlertmanagerSink,
@@ -29,8 +30,10 @@ from fabricwatch.outputs.sinks import (
     build_sinks,
 )
 from fabricwatch.outputs.sinks._http import check_response, parse_retry_after
+from fabricwatch.outputs.sinks.protocol import SinkError
 from fabricwatch.outputs.sinks.slack import message
 from fabricwatch.outputs.sinks.webhook import decode_secret, sign
+from fabricwatch.outputs.token_bucket import TokenBucket
 from fabricwatch.settings import build
 from tests.alerting.conftest import T0, Receiver, make_incident, new_secret, opened, resolved
 

@@ -27,7 +27,8 @@ import yaml
 from aiohttp import web
 
 from fabricwatch.engine.db import IncidentDB
-from fabricwatch.outputs.outbox import Outbox, OutboxSender, RetryPolicy
+from fabricwatch.outputs.outbox import Outbox
+from fabricwatch.outputs.sender import OutboxSender, RetryPolicy
 from fabricwatch.outputs.sinks import AlertmanagerSink, Route, Router
 from tests.alerting.conftest import Receiver, opened, wait_port
 from tests.conftest import free_port

@@ -18,17 +18,16 @@ from fabricwatch.errors import StoreError
 from fabricwatch.outputs.outbox import (
     Delivery,
     Outbox,
-    OutboxSender,
-    RetryPolicy,
-    SinkError,
-    TokenBucket,
     build_event,
     dedup_key,
     enqueue,
     event_id,
     settle_pending,
 )
+from fabricwatch.outputs.sender import OutboxSender, RetryPolicy
 from fabricwatch.outputs.sinks import Route, Router, SlackSink, WebhookSink
+from fabricwatch.outputs.sinks.protocol import SinkError
+from fabricwatch.outputs.token_bucket import TokenBucket
 from tests.alerting.conftest import Receiver, make_incident, new_secret, opened, resolved
 
 
@@ -139,7 +138,7 @@ def test_settle_pending_marks_only_that_incidents_rows_up_to_the_revision(
 
 def test_newer_schema_is_refused(tmp_path: Path) -> None:
     box = Outbox.open(tmp_path / "o.db")
-    box.conn.execute("UPDATE outbox_meta SET value = '99' WHERE key = 'schema_version'")
+    box.conn.execute("UPDATE schema_parts SET version = 99 WHERE name = 'outbox'")
     box.conn.close()
     with pytest.raises(StoreError, match="newer"):
         Outbox.open(tmp_path / "o.db")

@@ -83,6 +83,7 @@ async def test_service_end_to_end_with_self_metrics(tmp_path: Path, receiver: Re
     )  # fmt: skip
     db = IncidentDB.in_state_dir(tmp_path)
     svc = AlertingService(alerting, MqttSettings(), db, node="n1", cluster="prod")
+    db.add_transition_hook(svc.router)  # as Daemon._attach_outputs
     assert svc.name == "alerting" and list(svc.metrics()) == list(METRICS)
     store = SnapshotStore()
     store.register(svc.name, svc.metrics())
@@ -199,6 +200,7 @@ async def test_wake_on_enqueue_delivers_promptly(tmp_path: Path, receiver: Recei
     )  # fmt: skip
     db = IncidentDB.in_state_dir(tmp_path)
     svc = AlertingService(alerting, MqttSettings(), db, node="n1", cluster="prod")
+    db.add_transition_hook(svc.router)  # as Daemon._attach_outputs
     await svc.start()
     try:
         await asyncio.sleep(0.1)  # the worker is idle, waiting

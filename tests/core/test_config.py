@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from fabricwatch.collector import CollectorEnv, CollectorFactory, CollectorSettings
-from fabricwatch.config import Config, load_config, parse_config, read_secret
+from fabricwatch.config import Config, load_config, parse_config
 from fabricwatch.errors import ConfigError
+from fabricwatch.secrets import read_secret
 from fabricwatch.settings import dumps_toml, option, parse_duration, parse_size, to_table
 
 

@@ -16,7 +16,7 @@ import pytest
 
 from fabricwatch.clock import Clock
 from fabricwatch.collector import CollectionFailedError, Collector, CollectorEnv
-from fabricwatch.collectors.gpu import GpuCollector, ScenarioClock
+from fabricwatch.collectors.gpu._collector import GpuCollector
 from fabricwatch.config import Config, parse_config
 from fabricwatch.demo.node import (
     RDMA_BYTES_PER_SECOND,
@@ -27,6 +27,7 @@ from fabricwatch.demo.scenarios import HEALTHY, NODE, SCENARIOS, Condition, Work
 from fabricwatch.engine import signals as sig
 from fabricwatch.readings import MetricKind
 from fabricwatch.store import SnapshotStore
+from fabricwatch.testing.sim_gpu import ScenarioClock
 
 
 @dataclass

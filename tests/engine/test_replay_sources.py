@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from fabricwatch.collectors.storage import StorageSettings
+from fabricwatch.collectors.storage._settings import StorageSettings
 from fabricwatch.engine import cli_replay
 from fabricwatch.engine import signals as sig
 from fabricwatch.engine.replay import (

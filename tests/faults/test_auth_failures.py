@@ -6,9 +6,11 @@ import sqlite3
 
 import pytest
 
-from fabricwatch.outputs.outbox import Outbox, OutboxSender, RetryPolicy, SinkError
+from fabricwatch.outputs.outbox import Outbox
+from fabricwatch.outputs.sender import OutboxSender, RetryPolicy
 from fabricwatch.outputs.sinks import Route, Router, WebhookSink
 from fabricwatch.outputs.sinks._http import check_response
+from fabricwatch.outputs.sinks.protocol import SinkError
 from tests.alerting.conftest import Receiver, new_secret, opened, resolved
 
 

@@ -8,13 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from collectors.switch._ber import decode_response, encode_response
 from fabricwatch.collectors import builtin_registry
-from fabricwatch.config import load_config, read_secret
+from fabricwatch.collectors.switch._ber import decode_response, encode_response
+from fabricwatch.config import load_config
 from fabricwatch.errors import ConfigError, ParseError
 from fabricwatch.outputs.mqtt import default_client_id
 from fabricwatch.outputs.settings import MqttSettings
 from fabricwatch.outputs.sinks import flood_defaults
+from fabricwatch.secrets import read_secret
 from fabricwatch.settings import build, redact_url
 
 OID = (1, 3, 6, 1, 2, 1, 31, 1, 1, 1, 6, 1)

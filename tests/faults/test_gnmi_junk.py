@@ -19,7 +19,6 @@ from hypothesis import strategies as st
 
 from fabricwatch.clock import Clock
 from fabricwatch.collector import CollectorEnv, CollectorSettings
-from fabricwatch.collectors.gnmi import GnmiSettings, GnmiTargetSettings
 from fabricwatch.collectors.gnmi._collector import (
     MAX_CACHE_CHARS,
     MAX_PATH_CHARS,
@@ -28,11 +27,12 @@ from fabricwatch.collectors.gnmi._collector import (
     _Target,
 )
 from fabricwatch.collectors.gnmi._proto import pb
-from fabricwatch.collectors.gnmi.simtarget import SimGnmiServer, demo_target
+from fabricwatch.collectors.gnmi._settings import GnmiSettings, GnmiTargetSettings
 from fabricwatch.errors import CollectorError
 from fabricwatch.readings import MetricSpec, Reading
 from fabricwatch.store import SnapshotStore
 from fabricwatch.supervisor import CollectorState, DegradedError, Supervisor
+from fabricwatch.testing.sim_gnmi import SimGnmiServer, demo_target
 
 JUNK = b"\x0a\xff\xff\xff\xff\x0f"  # field 1, a length far past the end: not a message
 

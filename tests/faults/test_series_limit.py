@@ -12,12 +12,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fabricwatch.collector import CollectorEnv, CollectorSettings
-from fabricwatch.collectors.switch import SwitchCollector, SwitchSettings, TargetSettings
-from fabricwatch.collectors.switch.simagent import SimAgent, demo_switch
+from fabricwatch.collectors.switch._collector import SwitchCollector
+from fabricwatch.collectors.switch._settings import SwitchSettings, TargetSettings
 from fabricwatch.outputs.exposition import ReloadStatus, build_registry
 from fabricwatch.readings import MetricKind, MetricSpec, Reading
 from fabricwatch.store import SnapshotStore
 from fabricwatch.supervisor import CollectorState, Supervisor
+from fabricwatch.testing.sim_snmp import SimAgent, demo_switch
 from tests.switch.conftest import community_file
 
 ROW = MetricSpec("fabricwatch_test_row_octets", MetricKind.COUNTER, "Row.", ("switch", "port"))

@@ -180,6 +180,7 @@ async def start_nodes(
     for n in names:
         db = IncidentDB.in_state_dir(state / n)
         svc = AlertingService(alerting, mqtt, db, node=n, cluster=cluster)
+        db.add_transition_hook(svc.router)  # as Daemon._attach_outputs
         nodes.append(SimNode(n, db, svc))
     await asyncio.gather(*(n.service.start() for n in nodes))
     assert nodes[0].service.publisher is not None

@@ -16,12 +16,10 @@ import pytest
 
 from fabricwatch.collector import CollectorEnv
 from fabricwatch.collectors import builtin_registry
-from fabricwatch.collectors.nccl_inspector import (
-    InspectorCollector,
-    InspectorSettings,
-    parse_inspector,
-)
-from fabricwatch.collectors.nccl_ras import RasCollector, RasSettings, parse_status
+from fabricwatch.collectors.nccl_inspector._collector import InspectorCollector, parse_inspector
+from fabricwatch.collectors.nccl_inspector._settings import InspectorSettings
+from fabricwatch.collectors.nccl_ras._collector import RasCollector, parse_status
+from fabricwatch.collectors.nccl_ras._settings import RasSettings
 from fabricwatch.errors import CollectorError, ParseError
 from fabricwatch.readings import Reading
 from fabricwatch.settings import build

@@ -350,6 +350,7 @@ def test_nodes_page_only_through_the_fleet_with_alerting_disabled(tmp_path: Path
     )
     db = IncidentDB.in_state_dir(tmp_path / "node")
     svc = AlertingService(alerting, mqtt_settings(1), db, node="gpu-01", cluster="prod")
+    db.add_transition_hook(svc.router)  # as Daemon._attach_outputs
     inc = incident("gpu-01", "a" * 16)
     db.record([IncidentTransition("opened", time.time(), inc)])
     assert {r.sink for r in svc.outbox.rows()} == {"mqtt"}

@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 
 from fabricwatch.collector import CollectorEnv
-from fabricwatch.collectors.gnmi import GnmiSettings, GnmiTargetSettings, TlsSettings
 from fabricwatch.collectors.gnmi._collector import GnmiCollector
-from fabricwatch.collectors.gnmi.simtarget import ServerTls, SimGnmiServer, SimTarget
+from fabricwatch.collectors.gnmi._settings import GnmiSettings, GnmiTargetSettings, TlsSettings
 from fabricwatch.readings import Reading
 from fabricwatch.store import SnapshotStore
 from fabricwatch.supervisor import DegradedError
+from fabricwatch.testing.sim_gnmi import ServerTls, SimGnmiServer, SimTarget
 
 NODE = "gpu-node-1"
 

@@ -8,18 +8,18 @@ from pathlib import Path
 
 import pytest
 
-from fabricwatch.collectors.gnmi import GnmiTargetSettings
+from fabricwatch import signals as fam
 from fabricwatch.collectors.gnmi._proto import make_path, pb
-from fabricwatch.collectors.gnmi.simtarget import demo_target
-from fabricwatch.collectors.switch import _signals as sw
+from fabricwatch.collectors.gnmi._settings import GnmiTargetSettings
+from fabricwatch.testing.sim_gnmi import demo_target
 from tests.gnmi.conftest import MakeHarness, ManualClock, Pki, write_secret
 
 pytestmark = pytest.mark.integration
 
-ECN = sw.ECN_MARKED.name
+ECN = fam.SW_ECN.name
 KEYS = (
     (ECN, ("leaf1", "Ethernet1/1", "3")),
-    (sw.DISCARDS.name, ("leaf1", "Ethernet1/1", "rx")),
+    (fam.SW_DISCARDS.name, ("leaf1", "Ethernet1/1", "rx")),
 )
 
 
@@ -44,7 +44,7 @@ async def test_target_restart_resubscribes_without_a_spike(make_harness: MakeHar
     assert h.rate(ECN, "leaf1", "Ethernet1/1", "3") == pytest.approx(5_000, rel=1e-3)
     ecn = h.store.get(ECN, ("leaf1", "Ethernet1/1", "3"))
     assert ecn is not None and max(p.value for p in ecn.history) <= 5_000 * 1.01
-    disc = h.store.get(sw.DISCARDS.name, ("leaf1", "Ethernet1/1", "rx"))
+    disc = h.store.get(fam.SW_DISCARDS.name, ("leaf1", "Ethernet1/1", "rx"))
     assert disc is not None and max(p.value for p in disc.history) <= 1e9 * 1.01
     assert t.restarts == 1
     assert h.server.subscriptions >= 2

@@ -7,17 +7,19 @@ from pathlib import Path
 
 import pytest
 
+from fabricwatch import signals as fam
 from fabricwatch.collector import CollectorEnv
-from fabricwatch.collectors.switch import SwitchCollector, SwitchSettings, TargetSettings, _cbqos
-from fabricwatch.collectors.switch import _signals as sw
+from fabricwatch.collectors.switch import _cbqos
 from fabricwatch.collectors.switch._ber import Oid, Value
+from fabricwatch.collectors.switch._collector import SwitchCollector
+from fabricwatch.collectors.switch._settings import SwitchSettings, TargetSettings
 from fabricwatch.store import SnapshotStore
 from tests.switch.conftest import Snmpsim, community_file, snmpsim  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.integration
 
 STEM = "nxos-pfc-sim"
-ECN = sw.ECN_MARKED.name
+ECN = fam.SW_ECN.name
 
 
 def _collector(tmp_path: Path, port: int, **kw: object) -> SwitchCollector:

@@ -6,19 +6,19 @@ from pathlib import Path
 
 import pytest
 
-from fabricwatch.collectors.gnmi import GnmiTargetSettings
-from fabricwatch.collectors.gnmi.simtarget import SimTarget, demo_target
-from fabricwatch.collectors.switch import _signals as sw
-from fabricwatch.collectors.switch.simagent import SimPort
+from fabricwatch import signals as fam
+from fabricwatch.collectors.gnmi._settings import GnmiTargetSettings
 from fabricwatch.engine.evidence import ScoreContext, score_congestion
 from fabricwatch.engine.settings import EngineSettings
+from fabricwatch.testing.sim_gnmi import SimTarget, demo_target
+from fabricwatch.testing.sim_snmp import SimPort
 from tests.gnmi.conftest import NODE, MakeHarness, ManualClock, Pki, write_secret
 
 pytestmark = pytest.mark.integration
 
-ECN = sw.ECN_MARKED.name
-PFC_RATIO = sw.PFC_PAUSE_RATIO.name
-PFC_S = sw.PFC_PAUSE_SECONDS.name
+ECN = fam.SW_ECN.name
+PFC_RATIO = fam.SW_PFC_RATIO.name
+PFC_S = fam.SW_PFC_SECONDS.name
 
 
 def _mtls_target(pki: Pki, tmp_path: Path, **kw: object) -> GnmiTargetSettings:
@@ -57,7 +57,7 @@ async def test_openconfig_ecn_marks_per_second_over_mutual_tls(
     keys = (
         (ECN, ("leaf1", "Ethernet1/1", "3")),
         (ECN, ("leaf1", "Ethernet1/2", "5")),
-        (sw.RX_BYTES.name, ("leaf1", "Ethernet1/1")),
+        (fam.SW_RX_BYTES.name, ("leaf1", "Ethernet1/1")),
     )
     await h.fresh(*keys)
     for _ in range(3):
@@ -67,10 +67,10 @@ async def test_openconfig_ecn_marks_per_second_over_mutual_tls(
     assert h.rate(ECN, "leaf1", "Ethernet1/1", "0") == 0.0
     # Node mode: ports that face other hosts are not exported.
     assert h.store.get(ECN, ("leaf1", "Ethernet1/3", "3")) is None
-    assert h.series(sw.UPLINK_INFO.name, "leaf1", "Ethernet1/1", "eth0") == 1.0
-    assert h.series(sw.PORT_UP.name, "leaf1", "Ethernet1/1") == 1.0
-    assert h.series(sw.SPEED.name, "leaf1", "Ethernet1/1") == 400e9 / 8
-    util = h.series(sw.UTILIZATION.name, "leaf1", "Ethernet1/1", "rx")
+    assert h.series(fam.SW_UPLINK_INFO.name, "leaf1", "Ethernet1/1", "eth0") == 1.0
+    assert h.series(fam.SW_PORT_UP.name, "leaf1", "Ethernet1/1") == 1.0
+    assert h.series(fam.SW_SPEED.name, "leaf1", "Ethernet1/1") == 400e9 / 8
+    util = h.series(fam.SW_UTILIZATION.name, "leaf1", "Ethernet1/1", "rx")
     assert util == pytest.approx(5e9 * 8 / 400e9, rel=1e-3)
     assert h.series("fabricwatch_gnmi_target_up", "leaf1") == 1.0
     assert h.series("fabricwatch_gnmi_target_info", "leaf1", "openconfig") == 1.0
@@ -105,9 +105,9 @@ async def test_sonic_pfc_pause_fraction_from_duration_counters(
     assert h.series(PFC_RATIO, "leaf1", "Ethernet0", "3", "rx") == pytest.approx(0.8, rel=1e-3)
     assert h.series(PFC_RATIO, "leaf1", "Ethernet4", "4", "tx") == pytest.approx(0.25, rel=1e-3)
     assert h.series(PFC_RATIO, "leaf1", "Ethernet0", "2", "rx") == 0.0
-    frames = h.rate(sw.PFC_PAUSE_FRAMES.name, "leaf1", "Ethernet0", "3", "rx")
+    frames = h.rate(fam.SW_PFC_FRAMES.name, "leaf1", "Ethernet0", "3", "rx")
     assert frames == pytest.approx(0.8 * 400e9 / (65535 * 512), rel=1e-2)
-    assert h.rate(sw.PFC_PAUSE_SECONDS.name, "leaf1", "Ethernet0", "3", "rx") == pytest.approx(
+    assert h.rate(fam.SW_PFC_SECONDS.name, "leaf1", "Ethernet0", "3", "rx") == pytest.approx(
         0.8, rel=1e-3
     )
     assert h.rate(ECN, "leaf1", "Ethernet4", "3") == pytest.approx(3_000, rel=1e-3)
@@ -128,12 +128,12 @@ async def test_sonic_pause_fraction_from_frames_without_duration_counters(
     await h.until(
         "port speed", lambda: "Ethernet0" in t.ports and t.ports["Ethernet0"].speed_bps > 0
     )
-    key = (sw.PFC_PAUSE_FRAMES.name, ("leaf1", "Ethernet0", "3", "rx"))
+    key = (fam.SW_PFC_FRAMES.name, ("leaf1", "Ethernet0", "3", "rx"))
     await h.fresh(key)
     for _ in range(3):
         await h.step(clock, key)
     assert h.series(PFC_RATIO, "leaf1", "Ethernet0", "3", "rx") == pytest.approx(0.5, rel=1e-2)
-    assert h.store.get(sw.PFC_PAUSE_SECONDS.name, ("leaf1", "Ethernet0", "3", "rx")) is None
+    assert h.store.get(fam.SW_PFC_SECONDS.name, ("leaf1", "Ethernet0", "3", "rx")) is None
 
 
 async def test_switch_mode_streams_every_port_and_oper_status_on_change(
@@ -144,22 +144,22 @@ async def test_switch_mode_streams_every_port_and_oper_status_on_change(
     h = await make_harness(sim, clock=clock, mode="switch")
     await h.until(
         "all six ports up",
-        lambda: len(h.store.family(sw.PORT_UP.name)) == 6,
+        lambda: len(h.store.family(fam.SW_PORT_UP.name)) == 6,
     )
     sim.set_up("Ethernet1/5", False)
     await h.until(
-        "Ethernet1/5 down", lambda: h.series(sw.PORT_UP.name, "leaf1", "Ethernet1/5") == 0.0
+        "Ethernet1/5 down", lambda: h.series(fam.SW_PORT_UP.name, "leaf1", "Ethernet1/5") == 0.0
     )
     sim.set_up("Ethernet1/5", True)
     await h.until(
-        "Ethernet1/5 up", lambda: h.series(sw.PORT_UP.name, "leaf1", "Ethernet1/5") == 1.0
+        "Ethernet1/5 up", lambda: h.series(fam.SW_PORT_UP.name, "leaf1", "Ethernet1/5") == 1.0
     )
     assert h.collector.target_state("leaf1").ports["Ethernet1/5"].flaps == 2
     await h.step(
-        clock, (sw.PORT_FLAPS.name, ("leaf1", "Ethernet1/5"))
+        clock, (fam.SW_PORT_FLAPS.name, ("leaf1", "Ethernet1/5"))
     )  # the store needs time to move for a counter's next sample
-    assert h.series(sw.PORT_FLAPS.name, "leaf1", "Ethernet1/5") == 2.0
-    assert h.series(sw.PORT_FLAPS.name, "leaf1", "Ethernet1/1") == 0.0
+    assert h.series(fam.SW_PORT_FLAPS.name, "leaf1", "Ethernet1/5") == 2.0
+    assert h.series(fam.SW_PORT_FLAPS.name, "leaf1", "Ethernet1/1") == 0.0
     assert h.collector.target_state("leaf1").uplinks is None  # no LLDP filtering in switch mode
 
 

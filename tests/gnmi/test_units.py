@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from fabricwatch.collectors.gnmi import GnmiSettings
-from fabricwatch.collectors.gnmi import _signals as gsig
+from fabricwatch import signals as fam
+from fabricwatch.collectors.gnmi import _metrics as gsig
 from fabricwatch.collectors.gnmi._collector import _speed_bps
 from fabricwatch.collectors.gnmi._profiles import load_profiles, parse_profile
 from fabricwatch.collectors.gnmi._proto import (
@@ -18,7 +18,8 @@ from fabricwatch.collectors.gnmi._proto import (
     split_path,
     typed_value,
 )
-from fabricwatch.collectors.switch import _signals as sw
+from fabricwatch.collectors.gnmi._settings import GnmiSettings
+from fabricwatch.collectors.switch import _metrics as sw
 from fabricwatch.errors import ConfigError, ParseError
 from fabricwatch.settings import build
 from fabricwatch.store import SnapshotStore
@@ -221,10 +222,10 @@ def test_stale_default_follows_the_interval() -> None:
 
 def test_switch_and_gnmi_declare_shared_families_identically() -> None:
     store = SnapshotStore()
-    store.register("switch", sw.ALL)
-    store.register("gnmi", gsig.ALL)  # raises if a shared family differed
-    assert sw.ECN_MARKED in sw.ALL and sw.ECN_MARKED in gsig.ALL
-    assert sw.ECN_MARKED.name == "fabricwatch_switch_ecn_marked_packets"
-    assert sw.ECN_MARKED.labels == ("switch", "port", "queue")
-    names = [s.name for s in gsig.ALL]
+    store.register("switch", sw.METRICS)
+    store.register("gnmi", gsig.METRICS)  # raises if a shared family differed
+    assert fam.SW_ECN in sw.METRICS and fam.SW_ECN in gsig.METRICS
+    assert fam.SW_ECN.name == "fabricwatch_switch_ecn_marked_packets"
+    assert fam.SW_ECN.labels == ("switch", "port", "queue")
+    names = [s.name for s in gsig.METRICS]
     assert len(names) == len(set(names))

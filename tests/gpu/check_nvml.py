@@ -23,7 +23,9 @@ import time
 from pathlib import Path
 
 from fabricwatch.collector import CollectorEnv
-from fabricwatch.collectors.gpu import GpuCollector, GpuSettings, PynvmlBackend
+from fabricwatch.collectors.gpu._collector import GpuCollector
+from fabricwatch.collectors.gpu._facade import PynvmlBackend
+from fabricwatch.collectors.gpu._settings import GpuSettings
 from fabricwatch.errors import CollectorError
 from fabricwatch.readings import MetricKind
 from fabricwatch.store import SnapshotStore

@@ -17,7 +17,10 @@ from structlog.testing import capture_logs
 
 from fabricwatch.collector import CollectorEnv
 from fabricwatch.collectors import builtin_registry
-from fabricwatch.collectors.gpu import SPECS, GpuCollector, GpuSettings, PynvmlBackend
+from fabricwatch.collectors.gpu._collector import GpuCollector
+from fabricwatch.collectors.gpu._facade import PynvmlBackend
+from fabricwatch.collectors.gpu._metrics import METRICS
+from fabricwatch.collectors.gpu._settings import GpuSettings
 from fabricwatch.errors import CollectorError
 from fabricwatch.readings import MetricKind, Reading
 from fabricwatch.store import SnapshotStore
@@ -96,14 +99,14 @@ def _signals() -> list[tuple[str, str, tuple[str, ...]]]:
 
 
 def test_specs_match_signal_catalogue() -> None:
-    specs = {s.name: s for s in SPECS}
+    specs = {s.name: s for s in METRICS}
     rows = _signals()
     assert len(rows) == 14
     for name, kind, labels in rows:
         assert name in specs, name
         assert specs[name].kind is MetricKind(kind), name
         assert specs[name].labels == labels, name
-    for s in SPECS:
+    for s in METRICS:
         assert s.name.startswith("fabricwatch_gpu_")
         assert "pid" not in s.labels
 

@@ -7,13 +7,8 @@ import ctypes.util
 import pynvml
 import pytest
 
-from fabricwatch.collectors.gpu import (
-    EventKind,
-    FabricState,
-    GpuLost,
-    NvmlUnavailable,
-    PynvmlBackend,
-)
+from fabricwatch.collectors.gpu._facade import PynvmlBackend
+from fabricwatch.collectors.gpu._types import EventKind, FabricState, GpuLost, NvmlUnavailable
 
 from ._fakes import GB200_CLIQUE, GB200_CLUSTER, MIB, Fabric, FakeGpu
 from .conftest import MakeNvml

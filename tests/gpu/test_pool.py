@@ -6,9 +6,9 @@ import threading
 
 import pytest
 
-from fabricwatch.collectors.gpu import ScenarioClock, SimulatedGPUs
 from fabricwatch.collectors.gpu._facade import CallBusy, CallTimeout, NvmlFacade
 from fabricwatch.collectors.gpu._pool import CallPool
+from fabricwatch.testing.sim_gpu import ScenarioClock, SimulatedGPUs
 
 
 def test_pool_is_bounded_and_daemon() -> None:

@@ -10,16 +10,12 @@ from pathlib import Path
 import pytest
 
 from fabricwatch.collector import CollectorEnv
-from fabricwatch.collectors.gpu import (
-    Activity,
-    GpuCollector,
-    GpuSettings,
-    NvmlUnavailable,
-    ScenarioClock,
-    SimulatedGPUs,
-)
+from fabricwatch.collectors.gpu._collector import GpuCollector
+from fabricwatch.collectors.gpu._settings import GpuSettings
+from fabricwatch.collectors.gpu._types import NvmlUnavailable
 from fabricwatch.errors import CollectorError
 from fabricwatch.store import SnapshotStore
+from fabricwatch.testing.sim_gpu import Activity, ScenarioClock, SimulatedGPUs
 
 
 class SimRig:

@@ -8,10 +8,13 @@ from typing import Any
 
 import pytest
 
+from fabricwatch import signals as fam
 from fabricwatch.collector import CollectorEnv
 from fabricwatch.collectors import builtin_registry
-from fabricwatch.collectors.storage import FACTORY, StorageCollector, StorageSettings
-from fabricwatch.collectors.storage import _collector as sc
+from fabricwatch.collectors.storage import FACTORY
+from fabricwatch.collectors.storage import _metrics as sc
+from fabricwatch.collectors.storage._collector import StorageCollector
+from fabricwatch.collectors.storage._settings import StorageSettings
 from fabricwatch.config import parse_config
 from fabricwatch.errors import ConfigError
 from fabricwatch.readings import MetricKind, Reading
@@ -332,9 +335,9 @@ def test_path_on_block_device_maps_and_reports(
     assert ("root", "/", "ext4", "/dev/nvme0n1p1") in h.labels(sc.PATH_INFO.name)
     proc.diskstats(dline(259, 2, "nvme1n1", writes=150, wsect=1000 + 20480, wms=100 + 1000))
     h.cycle(2.0)
-    assert h.value(sc.WRITE_LATENCY.name, "ckpt") == pytest.approx(0.02)
-    assert h.rate(sc.WRITE_BYTES.name, "ckpt") == pytest.approx(20480 * 512 / 2)
-    assert h.value(sc.WRITE_LATENCY.name, "root") is None
+    assert h.value(fam.ST_WRITE_LAT.name, "ckpt") == pytest.approx(0.02)
+    assert h.rate(fam.ST_WRITE_BYTES.name, "ckpt") == pytest.approx(20480 * 512 / 2)
+    assert h.value(fam.ST_WRITE_LAT.name, "root") is None
 
 
 def test_path_on_partition_is_tracked_but_not_exported_per_device(
@@ -346,7 +349,7 @@ def test_path_on_partition_is_tracked_but_not_exported_per_device(
     h.cycle()
     assert ("nvme0n1p1",) not in h.labels(sc.DEV_WRITES.name)
     assert ("r", "/", "ext4", "nvme0n1p1") in h.labels(sc.PATH_INFO.name)
-    assert h.value(sc.WRITE_BYTES.name, "r") == 3312331440 * 512
+    assert h.value(fam.ST_WRITE_BYTES.name, "r") == 3312331440 * 512
 
 
 def _bump_nfs(
@@ -408,8 +411,8 @@ def test_nfs_mount_per_op_and_path_latency(proc: ProcTree, clock: FakeClock, sys
     # 400 WRITEs: 5 ms round trip, 20 ms execute each; 200 MiB/s to the server.
     assert h.value(sc.NFS_RTT.name, "/mnt/ckpt4", "WRITE") == pytest.approx(0.005)
     assert h.value(sc.NFS_EXECUTE.name, "/mnt/ckpt4", "WRITE") == pytest.approx(0.02)
-    assert h.value(sc.WRITE_LATENCY.name, "ckpt") == pytest.approx(0.02)
-    assert h.rate(sc.WRITE_BYTES.name, "ckpt") == pytest.approx((400 << 20) / 2)
+    assert h.value(fam.ST_WRITE_LAT.name, "ckpt") == pytest.approx(0.02)
+    assert h.rate(fam.ST_WRITE_BYTES.name, "ckpt") == pytest.approx((400 << 20) / 2)
     assert h.rate(sc.NFS_OPS.name, "/mnt/ckpt4", "WRITE") == pytest.approx(200)
     assert h.rate(sc.NFS_RETRANS.name, "/mnt/ckpt4", "WRITE") == pytest.approx(1.5)
     # No COMMIT in the interval: average 0, not a stale value.
@@ -441,7 +444,7 @@ def test_nfs_remount_is_a_reset_not_a_negative_rate(
     for name in (sc.NFS_OPS.name, sc.NFS_SENT.name):
         r = h.rate(name, "/mnt/ckpt4", "WRITE")
         assert r is None or r == 0.0
-    r = h.rate(sc.WRITE_BYTES.name, "c")
+    r = h.rate(fam.ST_WRITE_BYTES.name, "c")
     assert r is None or r == 0.0
     assert h.value(sc.NFS_EXECUTE.name, "/mnt/ckpt4", "WRITE") == 0.0
 
@@ -542,7 +545,7 @@ def test_checkpoint_burst_flagged_on_path_and_device(
         sect += int(rate / 512)
         proc.diskstats(dline(259, 2, "nvme1n1", writes=1 + i * 10, wsect=sect) + "\n")
         h.cycle()
-        flags.append(h.value(sc.WRITE_BURST.name, "ckpt"))
+        flags.append(h.value(fam.ST_WRITE_BURST.name, "ckpt"))
         assert h.value(sc.DEV_BURST.name, "nvme1n1") == flags[-1]
     assert not any(flags[:80])
     assert all(flags[82:95])

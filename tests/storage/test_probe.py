@@ -15,9 +15,11 @@ from pathlib import Path
 
 import pytest
 
+from fabricwatch import signals as fam
 from fabricwatch.collector import CollectorEnv
-from fabricwatch.collectors.storage import FACTORY, StorageCollector
-from fabricwatch.collectors.storage import _collector as sc
+from fabricwatch.collectors.storage import FACTORY
+from fabricwatch.collectors.storage import _metrics as sc
+from fabricwatch.collectors.storage._collector import StorageCollector
 from fabricwatch.collectors.storage._probe import (
     PROBE_BUCKETS,
     Histogram,
@@ -136,19 +138,19 @@ def test_collector_probes_real_dir_and_exports(tmp_path: Path) -> None:
         await c.start()
         for _ in range(400):
             store.ingest(sc.NAME, await c.collect(), time.monotonic())
-            hist = store.get(sc.PROBE_LATENCY.name, ("ckpt",))
+            hist = store.get(fam.ST_PROBE_HIST.name, ("ckpt",))
             if hist is not None and hist.histogram is not None and hist.histogram.count >= 3:
                 break
             await asyncio.sleep(0.02)
         await c.close()
 
     asyncio.run(run())
-    hist = store.get(sc.PROBE_LATENCY.name, ("ckpt",))
+    hist = store.get(fam.ST_PROBE_HIST.name, ("ckpt",))
     assert hist is not None and hist.histogram is not None and hist.histogram.count >= 3
-    last = store.get(sc.PROBE_LAST.name, ("ckpt",))
+    last = store.get(fam.ST_PROBE_LAST.name, ("ckpt",))
     assert last is not None and 0 < last.value < 5
     for reason in ("enospc", "erofs", "eio", "timeout", "permission", "other"):
-        s = store.get(sc.PROBE_FAILURES.name, ("ckpt", reason))
+        s = store.get(fam.ST_PROBE_FAIL.name, ("ckpt", reason))
         assert s is not None and s.value == 0
     phases = {s.labels[1]: s.value for s in store.family(sc.PROBE_PHASE.name)}
     assert set(phases) == {"open", "write", "fsync", "unlink"}

@@ -16,9 +16,11 @@ from pathlib import Path
 
 import pytest
 
+from fabricwatch import signals as fam
 from fabricwatch.collector import CollectorEnv
-from fabricwatch.collectors.storage import FACTORY, StorageCollector
-from fabricwatch.collectors.storage import _collector as sc
+from fabricwatch.collectors.storage import FACTORY
+from fabricwatch.collectors.storage import _metrics as sc
+from fabricwatch.collectors.storage._collector import StorageCollector
 from fabricwatch.collectors.storage._probe import aligned_buffer, write_probe
 from fabricwatch.settings import build
 from fabricwatch.store import SnapshotStore
@@ -87,10 +89,10 @@ def test_loop_device_writes_show_in_diskstats_metrics(loopfs: LoopFs) -> None:
     # Rates come out of the store, per device and per path.
     assert live.rate(sc.DEV_WRITE_BYTES.name, loopfs.name) > 0
     assert live.rate(sc.DEV_WRITES.name, loopfs.name) > 0
-    assert live.rate(sc.WRITE_BYTES.name, "loop") > 0
+    assert live.rate(fam.ST_WRITE_BYTES.name, "loop") > 0
     lat = live.value(sc.DEV_WRITE_LATENCY.name, loopfs.name)
     assert lat is not None and lat > 0
-    assert live.value(sc.WRITE_LATENCY.name, "loop") == lat
+    assert live.value(fam.ST_WRITE_LAT.name, "loop") == lat
     written = live.store.get(sc.DEV_WRITE_BYTES.name, (loopfs.name,))
     assert written is not None and written.value >= 16 << 20
     assert (
@@ -140,13 +142,13 @@ def test_frozen_file_system_times_out_then_recovers(loopfs: LoopFs) -> None:
         return runner.state.completed >= 2 and last is not None and last.reason is None
 
     live.until(completed_ok)
-    healthy = live.value(sc.PROBE_LAST.name, "ckpt")
+    healthy = live.value(fam.ST_PROBE_LAST.name, "ckpt")
     assert healthy is not None and healthy < 0.5
     loopfs.freeze()
     try:
         live.until(lambda: live.value(sc.PROBE_STUCK.name, "ckpt") == 1.0)
-        assert live.value(sc.PROBE_FAILURES.name, "ckpt", "timeout") == 1
-        assert live.value(sc.PROBE_LAST.name, "ckpt") == 0.5
+        assert live.value(fam.ST_PROBE_FAIL.name, "ckpt", "timeout") == 1
+        assert live.value(fam.ST_PROBE_LAST.name, "ckpt") == 0.5
         started = runner.threads_started
         # Many probe intervals pass: collect() keeps returning, nothing piles up.
         t_end = time.monotonic() + 1.0
@@ -156,17 +158,17 @@ def test_frozen_file_system_times_out_then_recovers(loopfs: LoopFs) -> None:
                 break
             time.sleep(0.02)
         assert runner.threads_started == started
-        assert live.value(sc.PROBE_FAILURES.name, "ckpt", "timeout") == 1
+        assert live.value(fam.ST_PROBE_FAIL.name, "ckpt", "timeout") == 1
         assert live.value(sc.PROBE_STUCK.name, "ckpt") == 1.0
     finally:
         loopfs.thaw()
     live.until(lambda: live.value(sc.PROBE_STUCK.name, "ckpt") == 0.0)
     done = runner.state.completed
     live.until(lambda: runner.state.completed >= done + 2)
-    last = live.value(sc.PROBE_LAST.name, "ckpt")
+    last = live.value(fam.ST_PROBE_LAST.name, "ckpt")
     assert last is not None and last < 0.5
-    assert live.value(sc.PROBE_FAILURES.name, "ckpt", "timeout") == 1
-    hist = live.store.get(sc.PROBE_LATENCY.name, ("ckpt",))
+    assert live.value(fam.ST_PROBE_FAIL.name, "ckpt", "timeout") == 1
+    hist = live.store.get(fam.ST_PROBE_HIST.name, ("ckpt",))
     assert hist is not None and hist.histogram is not None
     # The timeout landed in the 0.5 s bucket; healthy probes below it.
     assert dict(hist.histogram.buckets)[0.5] == hist.histogram.count

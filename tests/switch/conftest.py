@@ -6,6 +6,7 @@ import asyncio
 import os
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
@@ -14,13 +15,15 @@ from pathlib import Path
 import pytest
 
 from fabricwatch.collector import CollectionFailedError, CollectorEnv
-from fabricwatch.collectors.switch import SwitchCollector, SwitchSettings, TargetSettings
 from fabricwatch.collectors.switch._client import NativeV2cSession, SnmpError
+from fabricwatch.collectors.switch._collector import SwitchCollector
+from fabricwatch.collectors.switch._settings import SwitchSettings, TargetSettings
 from fabricwatch.store import SnapshotStore
 from tests.conftest import REPO, free_port
 
 SWITCH_DATA = REPO / "tests" / "data" / "switch"
-VENV_BIN = REPO / ".venv" / "bin"
+# The interpreter's own bin directory: the venv that runs the tests, whichever it is.
+VENV_BIN = Path(sys.executable).parent
 
 
 class ManualClock:

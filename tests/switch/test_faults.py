@@ -9,9 +9,9 @@ from pathlib import Path
 
 import structlog
 
-from fabricwatch.collectors.switch import TargetSettings
 from fabricwatch.collectors.switch._client import NativeV2cSession, SnmpMalformed, SnmpTimeout
-from fabricwatch.collectors.switch.simagent import SimAgent, demo_switch
+from fabricwatch.collectors.switch._settings import TargetSettings
+from fabricwatch.testing.sim_snmp import SimAgent, demo_switch
 from tests.conftest import free_port
 
 from .conftest import Harness, ManualClock, community_file

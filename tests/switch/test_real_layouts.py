@@ -14,7 +14,8 @@ import structlog
 from prometheus_client import CollectorRegistry, generate_latest
 
 from fabricwatch.collector import CollectorEnv
-from fabricwatch.collectors.switch import SwitchCollector, SwitchSettings, TargetSettings
+from fabricwatch.collectors.switch._collector import SwitchCollector
+from fabricwatch.collectors.switch._settings import SwitchSettings, TargetSettings
 from fabricwatch.outputs.exposition import ReloadStatus, SelfExporter
 from fabricwatch.store import SnapshotStore
 from fabricwatch.supervisor import Supervisor

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import structlog
 
-from fabricwatch.collectors.switch import TargetSettings
 from fabricwatch.collectors.switch._client import NativeV2cSession, PysnmpSession, walk
 from fabricwatch.collectors.switch._lldp import LOC_OIDS, REM_OIDS, parse_remote
+from fabricwatch.collectors.switch._settings import TargetSettings
 
 from .conftest import SWITCH_DATA, Harness, Snmpsim, community_file
 

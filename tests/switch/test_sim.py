@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import structlog
 
-from fabricwatch.collectors.switch import TargetSettings
-from fabricwatch.collectors.switch.simagent import SimAgent, SimPort, SimSwitch, demo_switch
+from fabricwatch.collectors.switch._settings import TargetSettings
+from fabricwatch.testing.sim_snmp import SimAgent, SimPort, SimSwitch, demo_switch
 
 from .conftest import Harness, ManualClock, community_file
 

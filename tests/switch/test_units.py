@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fabricwatch.collectors import builtin_registry
-from fabricwatch.collectors.switch import FACTORY, SwitchSettings
+from fabricwatch.collectors.switch import FACTORY
 from fabricwatch.collectors.switch._ber import (
     RESPONSE,
     Special,
@@ -24,14 +24,15 @@ from fabricwatch.collectors.switch._ber import (
     encode_response,
     parse_oid,
 )
-from fabricwatch.collectors.switch._lldp import (
+from fabricwatch.collectors.switch._lldp import map_local_ports
+from fabricwatch.collectors.switch._profiles import load_profiles, parse_profile
+from fabricwatch.collectors.switch._settings import SwitchSettings
+from fabricwatch.collectors.switchcommon.uplinks import (
     Neighbour,
     find_uplinks,
     local_macs,
-    map_local_ports,
     normalize_mac,
 )
-from fabricwatch.collectors.switch._profiles import load_profiles, parse_profile
 from fabricwatch.errors import ConfigError, ParseError
 from fabricwatch.settings import build
 

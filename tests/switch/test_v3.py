@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import structlog
 
-from fabricwatch.collectors.switch import TargetSettings, V3Settings
+from fabricwatch.collectors.switch._settings import TargetSettings, V3Settings
 
 from .conftest import Harness, Snmpd
 

@@ -10,15 +10,16 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from fabricwatch.config import read_secret
 from fabricwatch.errors import ConfigError
-from fabricwatch.outputs.outbox import Sink, TokenBucket
 from fabricwatch.outputs.settings import DEFAULT_PAGERDUTY_URL, SinkSettings
 from fabricwatch.outputs.sinks.alertmanager import AlertmanagerSink
 from fabricwatch.outputs.sinks.pagerduty import PagerDutySink
+from fabricwatch.outputs.sinks.protocol import Sink
 from fabricwatch.outputs.sinks.routing import Route, Router, severity_of
 from fabricwatch.outputs.sinks.slack import SlackSink
 from fabricwatch.outputs.sinks.webhook import WebhookSink
+from fabricwatch.outputs.token_bucket import TokenBucket
+from fabricwatch.secrets import read_secret
 
 __all__ = [
     "AlertmanagerSink",

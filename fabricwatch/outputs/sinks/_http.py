@@ -14,7 +14,7 @@ from datetime import UTC
 
 import aiohttp
 
-from fabricwatch.outputs.outbox import SinkError
+from fabricwatch.outputs.sinks.protocol import SinkError
 
 _READ_LIMIT = 4096
 

@@ -24,7 +24,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from ._types import (
+from fabricwatch.collectors.gpu._types import (
     EventKind,
     FabricInfo,
     FabricState,
@@ -297,11 +297,6 @@ class SimulatedGPUs:
         with self._lock:
             self._targets(gpu)[0].lost = True
         self.inject_xid(gpu, 79)
-
-    def recover_gpu(self, gpu: int) -> None:
-        """Undo :meth:`lose_gpu` (a reset brought it back)."""
-        with self._lock:
-            self._targets(gpu)[0].lost = False
 
     def block_calls(self, gpu: int) -> None:
         """Make reads of one GPU hang (like a GSP RPC timeout) until :meth:`unblock_calls`."""

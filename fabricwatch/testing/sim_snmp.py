@@ -13,7 +13,7 @@ bytes), ``"truncated"`` (a valid response cut short); a wrong community is
 ignored, as real agents do. :meth:`SimSwitch.restart` models a reboot:
 sysUpTime and every counter start again from zero.
 
-Run standalone: ``python -m fabricwatch.collectors.switch.simagent --port 1161``.
+Run standalone: ``python -m fabricwatch.testing.sim_snmp --port 1161``.
 """
 
 from __future__ import annotations
@@ -28,9 +28,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from fabricwatch.errors import ParseError
-
-from ._ber import (
+from fabricwatch.collectors.switch._ber import (
     GET,
     GETBULK,
     GETNEXT,
@@ -41,6 +39,7 @@ from ._ber import (
     enc_unsigned,
     encode_response,
 )
+from fabricwatch.errors import ParseError
 
 PAUSE_QUANTUM_BITS = 65535 * 512
 
@@ -62,7 +61,7 @@ Fault = Literal["none", "silent", "garbage", "truncated"]
 class RateCounter:
     """A counter driven by a rate: exact under rate changes, never goes back.
 
-    Shared by the simulated switches (SNMP here, gNMI in ``gnmi.simtarget``).
+    Shared by the simulated switches (SNMP here, gNMI in ``sim_gnmi``).
     """
 
     __slots__ = ("rate", "t0", "v0")

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from fabricwatch.collector import CollectorSettings
+from fabricwatch.collectors.switchcommon.targets import check_unique_names, switch_sources
 from fabricwatch.settings import option
 
 from ._client import AUTH_PROTOCOLS, PRIV_PROTOCOLS
@@ -115,12 +116,8 @@ class SwitchSettings(CollectorSettings):
 
     def validate(self) -> None:
         """Target names are unique."""
-        names = [t.name for t in self.targets]
-        dupes = sorted({n for n in names if names.count(n) > 1})
-        if dupes:
-            msg = f"duplicate switch target names: {', '.join(dupes)}"
-            raise ValueError(msg)
+        check_unique_names([t.name for t in self.targets], "switch")
 
     def sources(self) -> frozenset[str]:
         """Each target switch, by name (see :meth:`CollectorSettings.sources`)."""
-        return frozenset(f"switch {t.name!r}" for t in self.targets)
+        return switch_sources(t.name for t in self.targets)

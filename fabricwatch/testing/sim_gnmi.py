@@ -19,7 +19,7 @@ and the boot time restart), ``stalled`` (streams stay open, nothing sent),
 (extra raw notifications sent with every sample: malformed values, unknown
 paths).
 
-Run standalone: ``python -m fabricwatch.collectors.gnmi.simtarget --port 50051 --insecure``.
+Run standalone: ``python -m fabricwatch.testing.sim_gnmi --port 50051 --insecure``.
 """
 
 from __future__ import annotations
@@ -37,9 +37,8 @@ from typing import Any, Literal
 import grpc
 import grpc.aio
 
-from fabricwatch.collectors.switch.simagent import PAUSE_QUANTUM_BITS, RateCounter, SimPort
-
-from ._proto import make_path, path_text, pb, pb_grpc, split_path
+from fabricwatch.collectors.gnmi._proto import make_path, path_text, pb, pb_grpc, split_path
+from fabricwatch.testing.sim_snmp import PAUSE_QUANTUM_BITS, RateCounter, SimPort
 
 Layout = Literal["openconfig", "sonic"]
 Value = int | str

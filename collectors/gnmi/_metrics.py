@@ -1,14 +1,15 @@
 """Metric families of the gNMI collector.
 
-Switch data families are the SNMP switch collector's own :class:`MetricSpec`
-objects (``fabricwatch.collectors.switch._signals``), so both sources feed the
-same series names with identical declarations. Only what SNMP has no
+Switch data families are the signals contract's :class:`MetricSpec` objects
+(:data:`fabricwatch.signals.SWITCH_PORT_FAMILIES`), exported by the SNMP
+collector too, so both sources feed the same series names with identical
+declarations. Only what SNMP has no
 equivalent for, and the stream's own health, is declared here.
 """
 
 from __future__ import annotations
 
-from fabricwatch.collectors.switch import _signals as sw
+from fabricwatch import signals as fam
 from fabricwatch.readings import MetricKind, MetricSpec
 
 G = MetricKind.GAUGE
@@ -19,13 +20,13 @@ ECN_MARKED_BYTES = MetricSpec(
     "fabricwatch_switch_ecn_marked_bytes",
     C,
     "ECN-marked bytes per egress queue (gNMI ecn-marked-octets / SAI WRED_ECN_MARKED_BYTES).",
-    sw.SPQ,
+    fam.SWITCH_PORT_QUEUE,
 )
 QUEUE_TX_PACKETS = MetricSpec(
     "fabricwatch_switch_queue_transmit_packets",
     C,
     "Packets transmitted per egress queue (gNMI transmit-pkts / SAI_QUEUE_STAT_PACKETS).",
-    sw.SPQ,
+    fam.SWITCH_PORT_QUEUE,
 )
 TARGET_UP = MetricSpec(
     "fabricwatch_gnmi_target_up", G, "1 while the gNMI subscription to the switch is open.", S
@@ -74,22 +75,8 @@ TARGET_RESTARTS = MetricSpec(
     S,
 )
 
-ALL = (
-    sw.PFC_PAUSE_RATIO,
-    sw.PFC_PAUSE_FRAMES,
-    sw.PFC_PAUSE_SECONDS,
-    sw.LINK_PAUSE_FRAMES,
-    sw.PORT_UP,
-    sw.PORT_FLAPS,
-    sw.RX_BYTES,
-    sw.TX_BYTES,
-    sw.DISCARDS,
-    sw.ERRORS,
-    sw.UTILIZATION,
-    sw.SPEED,
-    sw.QUEUE_DROPS,
-    sw.ECN_MARKED,
-    sw.UPLINK_INFO,
+METRICS: tuple[MetricSpec, ...] = (
+    *fam.SWITCH_PORT_FAMILIES,
     ECN_MARKED_BYTES,
     QUEUE_TX_PACKETS,
     TARGET_UP,

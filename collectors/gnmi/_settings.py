@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from fabricwatch.collector import CollectorSettings
+from fabricwatch.collectors.switchcommon.targets import check_unique_names, switch_sources
 from fabricwatch.settings import option
 
 
@@ -123,11 +124,7 @@ class GnmiSettings(CollectorSettings):
 
     def validate(self) -> None:
         """Target names are unique."""
-        names = [t.name for t in self.targets]
-        dupes = sorted({n for n in names if names.count(n) > 1})
-        if dupes:
-            msg = f"duplicate gNMI target names: {', '.join(dupes)}"
-            raise ValueError(msg)
+        check_unique_names([t.name for t in self.targets], "gNMI")
 
     def stale_seconds(self) -> float:
         """The effective staleness limit."""
@@ -135,4 +132,4 @@ class GnmiSettings(CollectorSettings):
 
     def sources(self) -> frozenset[str]:
         """Each target switch, by name (see :meth:`CollectorSettings.sources`)."""
-        return frozenset(f"switch {t.name!r}" for t in self.targets)
+        return switch_sources(t.name for t in self.targets)
