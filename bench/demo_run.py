@@ -2,7 +2,7 @@
 
 Runs the demo in-process (plain output discarded) and, as the reference in
 the same command, feeds the engine the same faults straight from its own
-scenario simulator (:func:`fabricwatch.engine.scenarios.run_live`: no
+scenario simulator (:func:`fabricwatch.testing.sim_scenarios.run_live`: no
 collectors, no protocols, no scaled clock). Prints, per fault, how long the
 full pipeline on simulated hardware took to open the incident against the
 engine alone, plus the demo's wall time, CPU and achieved speed.
@@ -21,8 +21,8 @@ import time
 from fabricwatch.demo.runner import Demo, DemoOptions
 from fabricwatch.demo.scenarios import Timing, select
 from fabricwatch.demo.view import PlainReporter
-from fabricwatch.engine.scenarios import Injection, Scenario, run_live
 from fabricwatch.logs import configure_logging
+from fabricwatch.testing.sim_scenarios import Injection, Scenario, run_live
 
 SPEED = 10.0
 BUDGET_WALL = 60.0

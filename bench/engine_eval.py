@@ -16,7 +16,7 @@ jumped most). Match rule: an incident overlapping [onset - 1 sample,
 end + 2 samples] on the stalled job's GPUs; recall counts stalls of >= 3
 samples. ``--plans N`` multiplies the traces (seeds differ per plan).
 
-``--simulator``: the older suite on ``fabricwatch.engine.scenarios``
+``--simulator``: the older suite on ``fabricwatch.testing.sim_scenarios``
 (the simulator the engine was developed against), kept for comparison:
 
 Fault timelines: 1 h nodes with 6 faults each (every cause, including
@@ -57,7 +57,9 @@ from fabricwatch.engine import signals as sig
 from fabricwatch.engine import tracegen as tg
 from fabricwatch.engine.incidents import IncidentTransition
 from fabricwatch.engine.replay import Mapper, Sample, parse_openmetrics, run_replay
-from fabricwatch.engine.scenarios import (
+from fabricwatch.engine.settings import EngineSettings
+from fabricwatch.readings import MetricKind
+from fabricwatch.testing.sim_scenarios import (
     FAULTS,
     Injection,
     LlamaCheckpoints,
@@ -67,8 +69,6 @@ from fabricwatch.engine.scenarios import (
     run_live,
     zhejiang_job_stall,
 )
-from fabricwatch.engine.settings import EngineSettings
-from fabricwatch.readings import MetricKind
 
 SLOT = 600
 PER_TIMELINE = 6

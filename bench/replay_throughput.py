@@ -47,9 +47,9 @@ from fabricwatch.engine.replay import (
     write_openmetrics,
 )
 from fabricwatch.engine.replay_jobs import run_nodes, run_parallel
-from fabricwatch.engine.scenarios import Injection, Scenario, flatten, run_live
 from fabricwatch.engine.signals import ENGINE_FAMILIES
 from fabricwatch.readings import Reading
+from fabricwatch.testing.sim_scenarios import Injection, Scenario, flatten, run_live
 
 BUDGET = 10.0
 

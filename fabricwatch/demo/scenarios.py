@@ -4,7 +4,7 @@ A scenario is a healthy training job plus at most one injected fault. The
 fault is a function of the seconds since it began that returns the node's
 :class:`Condition` (so a flapping link is a fault whose condition changes
 over time). Causes and culprit keys use the engine's vocabulary
-(:mod:`fabricwatch.engine.scenarios`), so the summary can compare what the
+(:mod:`fabricwatch.testing.sim_scenarios`), so the summary can compare what the
 engine said with what was injected.
 """
 

@@ -15,7 +15,7 @@ node_exporter (infiniband, ethtool, diskstats) and an snmp_exporter
 CISCO-PFC-EXT module; :data:`MAPPING_TABLE` documents the mapping (also in
 ``docs/replay-mapping.md``). Readings are fed into a fresh
 :class:`~fabricwatch.store.SnapshotStore` and the engine ticks on a fixed grid
-(half-tick marks), exactly as :func:`~fabricwatch.engine.scenarios.run_live`
+(half-tick marks), exactly as :func:`~fabricwatch.testing.sim_scenarios.run_live`
 does live.
 """
 

@@ -1,6 +1,6 @@
 """An independent trace generator for the robustness sweep (``bench/engine_eval.py``).
 
-It shares no code with :mod:`fabricwatch.engine.scenarios` (the simulator the
+It shares no code with :mod:`fabricwatch.testing.sim_scenarios` (the simulator the
 engine was developed against) and writes what a new user has: OpenMetrics
 text with **dcgm-exporter and node_exporter names** (no fabricwatch
 families, no switch, no process counts), at a chosen sample spacing, with

@@ -1,7 +1,7 @@
 """Multi-node scenarios: many simulated nodes in a few jobs behind a few leaves.
 
-Each node is one :class:`~fabricwatch.engine.scenarios.Scenario` run through
-the real engine (:func:`~fabricwatch.engine.scenarios.run_live`); this module
+Each node is one :class:`~fabricwatch.testing.sim_scenarios.Scenario` run through
+the real engine (:func:`~fabricwatch.testing.sim_scenarios.run_live`); this module
 decides what each node sees when a fault hits one node or one switch, and
 spreads the symptoms the way real fabrics do:
 
@@ -32,9 +32,9 @@ from typing import Literal
 
 from fabricwatch.engine import signals as sig
 from fabricwatch.engine.incidents import IncidentTransition
-from fabricwatch.engine.scenarios import Injection, NodeSpec, Scenario, run_live
 from fabricwatch.engine.settings import EngineSettings
 from fabricwatch.readings import Reading
+from fabricwatch.testing.sim_scenarios import Injection, NodeSpec, Scenario, run_live
 
 FaultKind = Literal["port", "gpu", "nvlink", "storage", "link", "switch", "unknown", "straggler"]
 FAULT_KINDS: tuple[FaultKind, ...] = (

@@ -17,9 +17,9 @@ from fabricwatch import __version__
 from fabricwatch.cli import main
 from fabricwatch.engine.db import DB_FILENAME, IncidentDB
 from fabricwatch.engine.replay import write_openmetrics
-from fabricwatch.engine.scenarios import Injection, Scenario, flatten, run_live
 from fabricwatch.errors import ExitCode
 from fabricwatch.logs import configure_logging
+from fabricwatch.testing.sim_scenarios import Injection, Scenario, flatten, run_live
 from tests.conftest import free_port
 
 REPO = Path(__file__).resolve().parents[2]

@@ -19,8 +19,8 @@ from fabricwatch.collector import CollectorEnv, CollectorFactory, CollectorSetti
 from fabricwatch.config import parse_config
 from fabricwatch.daemon import EXIT_OK, Daemon
 from fabricwatch.engine import signals
-from fabricwatch.engine.scenarios import Injection, Scenario
 from fabricwatch.readings import MetricSpec, Reading
+from fabricwatch.testing.sim_scenarios import Injection, Scenario
 
 SECRET = "whsec_" + base64.b64encode(b"0123456789abcdef0123").decode()
 

@@ -7,8 +7,8 @@ from collections.abc import Sequence
 import pytest
 
 from fabricwatch.engine.incidents import Incident, IncidentTransition
-from fabricwatch.engine.scenarios import Injection, Scenario, TruthIncident, run_live
 from fabricwatch.engine.settings import EngineSettings
+from fabricwatch.testing.sim_scenarios import Injection, Scenario, TruthIncident, run_live
 
 
 def final_incidents(transitions: Sequence[IncidentTransition]) -> list[Incident]:

@@ -13,7 +13,7 @@ import pytest
 from fabricwatch.engine import cli_incidents, cli_replay
 from fabricwatch.engine.db import DB_FILENAME, IncidentDB
 from fabricwatch.engine.replay import write_openmetrics
-from fabricwatch.engine.scenarios import Injection, Scenario, flatten, run_live
+from fabricwatch.testing.sim_scenarios import Injection, Scenario, flatten, run_live
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from fabricwatch.engine import signals as sig
-from fabricwatch.engine.scenarios import new_store
 from fabricwatch.engine.settings import EngineSettings
 from fabricwatch.engine.stall import StallDetector
 from fabricwatch.readings import Reading
 from fabricwatch.store import SnapshotStore
+from fabricwatch.testing.sim_scenarios import new_store
 
 
 def feed(store: SnapshotStore, t: float, gpus: dict[str, float]) -> None:

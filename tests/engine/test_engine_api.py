@@ -8,11 +8,11 @@ import pytest
 
 from fabricwatch.engine import Engine, EngineSettings, IncidentDB
 from fabricwatch.engine.evidence import CAUSES
-from fabricwatch.engine.scenarios import Injection, Scenario, new_store, run_live
 from fabricwatch.errors import ConfigError
 from fabricwatch.readings import MetricKind
 from fabricwatch.settings import build
 from fabricwatch.store import SnapshotStore
+from fabricwatch.testing.sim_scenarios import Injection, Scenario, new_store, run_live
 
 
 def test_settings_are_strict() -> None:

@@ -9,10 +9,10 @@ from pathlib import Path
 from fabricwatch.engine import signals as sig
 from fabricwatch.engine.core import Engine
 from fabricwatch.engine.replay import Mapper, parse_openmetrics, run_replay, write_openmetrics
-from fabricwatch.engine.scenarios import COLLECTOR_OF, Injection, Scenario, flatten, run_live
 from fabricwatch.engine.settings import EngineSettings
 from fabricwatch.readings import MetricSpec
 from fabricwatch.store import Series, SnapshotStore
+from fabricwatch.testing.sim_scenarios import COLLECTOR_OF, Injection, Scenario, flatten, run_live
 
 
 class SpyStore(SnapshotStore):

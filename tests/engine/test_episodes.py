@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 import pytest
 
 from fabricwatch.engine import signals as sig
-from fabricwatch.engine.scenarios import (
+from fabricwatch.testing.sim_scenarios import (
     CounterArtefacts,
     LlamaCheckpoints,
     ZhejiangJobStall,

@@ -13,10 +13,10 @@ from typing import Any
 
 from fabricwatch.engine import signals as sig
 from fabricwatch.engine.core import Engine
-from fabricwatch.engine.scenarios import Injection, Scenario, new_store
 from fabricwatch.engine.settings import EngineSettings
 from fabricwatch.readings import Reading
 from fabricwatch.store import SnapshotStore
+from fabricwatch.testing.sim_scenarios import Injection, Scenario, new_store
 
 from .conftest import run
 

@@ -7,7 +7,10 @@ import pytest
 
 from fabricwatch.engine import signals as sig
 from fabricwatch.engine.evidence import ScoreContext, score_nvlink_throughput
-from fabricwatch.engine.scenarios import (
+from fabricwatch.engine.settings import EngineSettings
+from fabricwatch.readings import Reading
+from fabricwatch.store import SnapshotStore
+from fabricwatch.testing.sim_scenarios import (
     Injection,
     NodeSpec,
     Scenario,
@@ -15,9 +18,6 @@ from fabricwatch.engine.scenarios import (
     nvlink_collapse_lead,
     run_live,
 )
-from fabricwatch.engine.settings import EngineSettings
-from fabricwatch.readings import Reading
-from fabricwatch.store import SnapshotStore
 
 from .conftest import final_incidents
 

@@ -15,7 +15,7 @@ import pytest
 
 from fabricwatch.engine import cli_replay
 from fabricwatch.engine.replay import write_openmetrics
-from fabricwatch.engine.scenarios import Injection, Scenario, flatten, run_live
+from fabricwatch.testing.sim_scenarios import Injection, Scenario, flatten, run_live
 from tests.conftest import free_port
 
 from .test_replay import exporter_names

@@ -24,8 +24,8 @@ from fabricwatch.engine.replay import (
     selector,
     write_openmetrics,
 )
-from fabricwatch.engine.scenarios import Injection, Scenario, flatten, run_live
 from fabricwatch.errors import ParseError
+from fabricwatch.testing.sim_scenarios import Injection, Scenario, flatten, run_live
 
 
 def suite() -> Scenario:

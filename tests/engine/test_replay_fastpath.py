@@ -11,8 +11,8 @@ import pytest
 
 from fabricwatch.engine import replay
 from fabricwatch.engine.replay import Mapper, parse_openmetrics, write_openmetrics
-from fabricwatch.engine.scenarios import Injection, Scenario, flatten
 from fabricwatch.errors import ParseError
+from fabricwatch.testing.sim_scenarios import Injection, Scenario, flatten
 
 from .test_replay import exporter_names
 

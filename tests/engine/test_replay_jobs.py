@@ -18,7 +18,7 @@ from fabricwatch.engine.replay import (
     write_openmetrics,
 )
 from fabricwatch.engine.replay_jobs import Split, run_nodes, run_parallel, usable_cores
-from fabricwatch.engine.scenarios import Injection, Scenario, flatten
+from fabricwatch.testing.sim_scenarios import Injection, Scenario, flatten
 
 
 def _samples(sc: Scenario) -> list[Sample]:

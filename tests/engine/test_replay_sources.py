@@ -33,10 +33,10 @@ from fabricwatch.engine.replay import (
     sample_spacing,
     write_openmetrics,
 )
-from fabricwatch.engine.scenarios import Injection, Scenario, flatten, run_live
 from fabricwatch.engine.settings import EngineSettings
 from fabricwatch.nicnames import classify, classify_exported
 from fabricwatch.readings import Reading
+from fabricwatch.testing.sim_scenarios import Injection, Scenario, flatten, run_live
 
 
 def parse(text: str, mapper: Mapper | None = None) -> Mapper:

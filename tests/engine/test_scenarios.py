@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from fabricwatch.engine.scenarios import FAULTS, Injection, Scenario, run_live
 from fabricwatch.engine.settings import EngineSettings
+from fabricwatch.testing.sim_scenarios import FAULTS, Injection, Scenario, run_live
 
 from .conftest import final_incidents, one_fault, run
 

@@ -10,7 +10,7 @@ import pytest
 
 from fabricwatch.engine import Engine, EngineSettings, IncidentDB
 from fabricwatch.engine.incidents import IncidentTransition
-from fabricwatch.engine.scenarios import Injection, Scenario, new_store, run_live
+from fabricwatch.testing.sim_scenarios import Injection, Scenario, new_store, run_live
 
 
 def _run_after_restart(
