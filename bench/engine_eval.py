@@ -56,7 +56,9 @@ from dataclasses import dataclass, field
 from fabricwatch.engine import signals as sig
 from fabricwatch.engine import tracegen as tg
 from fabricwatch.engine.incidents import IncidentTransition
-from fabricwatch.engine.replay import Mapper, Sample, parse_openmetrics, run_replay
+from fabricwatch.engine.replay import run_replay
+from fabricwatch.engine.replay_mapping import Mapper, Sample
+from fabricwatch.engine.replay_openmetrics import parse_openmetrics
 from fabricwatch.engine.settings import EngineSettings
 from fabricwatch.readings import MetricKind
 from fabricwatch.testing.sim_scenarios import (

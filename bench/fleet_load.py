@@ -197,7 +197,7 @@ def start_replica(cfg: Path, work: Path, name: str, http: int) -> subprocess.Pop
     env["PYTHONPATH"] = str(REPO)
     log = (work / f"{name}.log").open("ab")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "fabricwatch.fleet.cli", "--config", str(cfg), "--replica-id",
+        [sys.executable, "-m", "fabricwatch", "fleet", "--config", str(cfg), "--replica-id",
          name, "--listen", f"127.0.0.1:{http}", "--state-dir", str(work / name)],
         stdout=log, stderr=subprocess.STDOUT, env=env,
     )  # fmt: skip
@@ -450,7 +450,7 @@ async def scenario(args: argparse.Namespace, work: Path, broker: int) -> None:
     recorded = db.incidents(limit=100_000)
     db.close()
     pages = [
-        Page(clock.at_monotonic(at), ev["type"].removeprefix("incident."), ev["data"])
+        Page(clock.at_monotonic(at), ev["type"].rpartition(".")[2], ev["data"])
         for at, ev in rec.got
     ]
     scores = score(truths, pages, recorded)

@@ -38,15 +38,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from fabricwatch.engine.replay import (
-    Mapper,
-    Sample,
-    parse_openmetrics,
-    replay_store,
-    run_replay,
-    write_openmetrics,
-)
+from fabricwatch.engine.replay import replay_store, run_replay
 from fabricwatch.engine.replay_jobs import run_nodes, run_parallel
+from fabricwatch.engine.replay_mapping import Mapper, Sample
+from fabricwatch.engine.replay_openmetrics import parse_openmetrics, write_openmetrics
 from fabricwatch.engine.signals import ENGINE_FAMILIES
 from fabricwatch.readings import Reading
 from fabricwatch.testing.sim_scenarios import Injection, Scenario, flatten, run_live

@@ -30,6 +30,7 @@ from fabricwatch.supervisor import CollectorState
 from fabricwatch.webconfig import WebConfig
 
 ENGINE = "engine"
+FLEET = "fleet"
 """Collector name under which the engine's families are registered."""
 
 ENGINE_FAMILIES = (
@@ -169,6 +170,11 @@ def declared_specs(state_dir: Path | None = None) -> dict[str, Sequence[MetricSp
     from fabricwatch.engine.db import STATE_METRICS
 
     out["state"] = STATE_METRICS
+    # The fleet aggregator's own families: its job panels query them.
+    from fabricwatch.fleet.api import FLEET_METRICS
+    from fabricwatch.fleet.ledger import LEDGER_METRICS
+
+    out[FLEET] = (*FLEET_METRICS, *LEDGER_METRICS)
     return out
 
 
@@ -294,7 +300,8 @@ def markdown(cat: Catalogue) -> str:
     lines = [
         "# Metric catalogue",
         "",
-        "Every family the daemon exports, taken from a real scrape of the exporter",
+        "Every family the daemon exports (and, source `fleet`, the fleet aggregator),",
+        "taken from a real scrape of the exporter",
         "(`dashboards/catalogue.py`); regenerate with",
         "`python -m dashboards.catalogue > docs/metrics.md` (a test keeps it current).",
         "Plus the standard `process_*` families.",

@@ -153,6 +153,59 @@ def build() -> dashboard.Dashboard:
                 description="Stall incidents opened per cause over the time range.",
             )
         )
+        .with_row(dashboard.Row("Jobs (fleet aggregator)"))
+        .with_panel(
+            table_panel(
+                "Lost GPU-hours by job and cause (ledger)",
+                [
+                    (
+                        "topk(20, max by (job, cause, culprit_kind) ("
+                        f"fabricwatch_fleet_job_gpu_seconds_lost{{{C}}}) / 3600)",
+                        "",
+                    )
+                ],
+                unit="none",
+                description="Per running job, GPU-hours lost by cause and culprit kind; the "
+                "waiting nodes of a job incident are charged to its origin's cause (max over "
+                "aggregator replicas; scrape the aggregator with honor_labels: true).",
+            )
+        )
+        .with_panel(
+            timeseries_panel(
+                "Badput by job",
+                [
+                    (
+                        "topk(10, sum by (job) (max by (job, cause) ("
+                        f"fabricwatch_fleet_job_badput_ratio{{{C}}})))",
+                        "{{job}}",
+                    )
+                ],
+                unit="percentunit",
+                description="Share of each running job's GPU wall time lost to incidents "
+                "(from the nodes' job reports), the ten worst jobs.",
+            )
+        )
+        .with_panel(
+            bar_panel(
+                "Fleet GPU-hours lost by cause (range)",
+                "sum by (cause) (max by (cause, culprit_kind) (increase("
+                f"fabricwatch_fleet_gpu_seconds_lost_total{{{C}}}[$__range]))) / 3600",
+                "{{cause}}",
+                unit="none",
+                description="GPU-hours the fleet ledger charged to each cause over the range, "
+                "job incidents charged to their origin (straggler included).",
+            )
+        )
+        .with_panel(
+            timeseries_panel(
+                "Open cluster and job incidents by cause",
+                [(f"sum by (cause) (fabricwatch_fleet_incidents_open{{{C}}})", "{{cause}}")],
+                unit="none",
+                stack=True,
+                description="Open cluster incidents (switch, storage, NVLink and job "
+                "incidents) summed over the aggregator replicas that own them.",
+            )
+        )
         .with_row(dashboard.Row("Worst offenders"))
         .with_panel(
             table_panel(

@@ -17,18 +17,13 @@ from pathlib import Path
 from typing import Any, Literal
 
 from fabricwatch.collector import CollectorSettings, Registry
+from fabricwatch.defaults import DEFAULT_CONFIG_PATH, DEFAULT_PORT
 from fabricwatch.engine.settings import EngineSettings
 from fabricwatch.errors import ConfigError
 from fabricwatch.fleet.settings import FleetSettings
 from fabricwatch.outputs.settings import AlertingSettings, MqttSettings
 from fabricwatch.secrets import read_capped
 from fabricwatch.settings import build, option
-
-DEFAULT_CONFIG_PATH = Path("/etc/fabricwatch/fabricwatch.toml")
-DEFAULT_PORT = 9477
-"""Not yet claimed on the Prometheus default-port wiki; see README, "Port"."""
-CREDENTIALS_SOURCE = Path("/etc/fabricwatch/credentials")
-"""The unit's ``LoadCredential=fabricwatch:`` directory (files become ``fabricwatch_NAME``)."""
 
 
 @dataclass(kw_only=True)

@@ -64,10 +64,6 @@ _GPU_SIGNALS = frozenset(
 
 log = structlog.get_logger("fabricwatch.daemon")
 
-EXIT_OK = ExitCode.OK
-EXIT_CONFIG = ExitCode.USAGE
-EXIT_STARTUP = ExitCode.CANNOT_START
-
 
 def raise_open_file_limit(want: int = 65536) -> int:
     """Raise the soft RLIMIT_NOFILE towards the hard limit; return the new soft limit.
@@ -228,7 +224,7 @@ class Daemon:
                 error=exc.strerror,
                 hint="another process uses the port; set web.listen",
             )
-            return EXIT_STARTUP
+            return ExitCode.CANNOT_START
         log.info(
             "listening",
             url=f"{self._web.scheme}://{host}:{self._web.port}/metrics",
@@ -248,7 +244,7 @@ class Daemon:
                 await self.supervisor.start()
             except StartupFailedError as exc:
                 log.error("startup_failed", error=str(exc))
-                return EXIT_STARTUP
+                return ExitCode.CANNOT_START
             await self._wait_first_attempts()
             # Start-up objects (modules, config, collectors' tables) live as
             # long as the process: keep them out of every later collection.
@@ -267,7 +263,7 @@ class Daemon:
             gc.unfreeze()  # a daemon run inside a larger process (tests) leaves nothing pinned
             for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
                 loop.remove_signal_handler(sig)
-        return EXIT_OK
+        return ExitCode.OK
 
     def _open_state(self, cfg: Config, state_dir: Path) -> int | None:
         """Open the incident database and attach the outputs; an exit code if unusable.
@@ -291,7 +287,7 @@ class Daemon:
             self.db.hold_writes(True)
         except FabricwatchError as exc:
             log.error("state_db_unusable", error=str(exc))
-            return EXIT_STARTUP
+            return ExitCode.CANNOT_START
         else:
             code = self._build_alerting(cfg)
             if code is not None:
@@ -322,7 +318,7 @@ class Daemon:
             return None
         except FabricwatchError as exc:
             log.error("alerting_unusable", error=str(exc))
-            return EXIT_CONFIG if isinstance(exc, ConfigError) else EXIT_STARTUP
+            return ExitCode.USAGE if isinstance(exc, ConfigError) else ExitCode.CANNOT_START
         self._attach_outputs(self.alerting)
         self._secrets_fingerprint = secrets_fingerprint(cfg.alerting, cfg.mqtt)
         return None

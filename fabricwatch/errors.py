@@ -88,6 +88,17 @@ class ExitCode(IntEnum):
     OUTPUT_CLOSED = 141  # 128 + SIGPIPE: the reader of stdout went away (`| head`)
 
 
+EXIT_CODE_MEANING: dict[ExitCode, str] = {
+    ExitCode.OK: "success",
+    ExitCode.FAILURE: "failure: a source unreachable, unusable input, a check that did not "
+    "pass (probe-storage: the checkpoint does not fit the budget)",
+    ExitCode.USAGE: "invalid configuration or usage",
+    ExitCode.CANNOT_START: "the daemon cannot start (port in use, a required collector failed)",
+    ExitCode.INTERRUPTED: "interrupted",
+    ExitCode.OUTPUT_CLOSED: "standard output was closed by its reader (e.g. | head)",
+}
+"""Each exit status in a line, for the man page's EXIT STATUS section."""
+
 EXIT_CODE_HELP = (
     "Exit codes: 0 ok, 1 failure (a source unreachable, unusable input, a check that did not "
     "pass), 2 invalid configuration or usage, 3 the daemon cannot start, 130 interrupted, "

@@ -12,8 +12,8 @@ import sys
 from datetime import UTC, datetime
 
 from fabricwatch import __version__
-from fabricwatch.config import DEFAULT_CONFIG_PATH, DEFAULT_PORT
-from fabricwatch.errors import ExitCode
+from fabricwatch.defaults import DEFAULT_CONFIG_PATH, DEFAULT_PORT
+from fabricwatch.errors import EXIT_CODE_MEANING, ExitCode
 
 
 def _esc(text: str) -> str:
@@ -110,17 +110,8 @@ def render(parser: argparse.ArgumentParser, *, date: str | None = None) -> str:
         _esc("Grafana dashboards, Prometheus rules and an Alertmanager example."),
         ".SH EXIT STATUS",
     ]
-    meaning = {
-        ExitCode.OK: "success",
-        ExitCode.FAILURE: "failure: a source unreachable, unusable input, a check that did not "
-        "pass (probe\\-storage: the checkpoint does not fit the budget)",
-        ExitCode.USAGE: "invalid configuration or usage",
-        ExitCode.CANNOT_START: "the daemon cannot start (port in use, a required collector failed)",
-        ExitCode.INTERRUPTED: "interrupted",
-        ExitCode.OUTPUT_CLOSED: "standard output was closed by its reader (e.g. | head)",
-    }
     for code in ExitCode:
-        out += [".TP", f"\\fB{int(code)}\\fR", meaning[code]]
+        out += [".TP", f"\\fB{int(code)}\\fR", _esc(EXIT_CODE_MEANING[code])]
     out += [
         ".SH NOTES",
         _esc(f"The daemon serves /metrics on port {DEFAULT_PORT} by default."),

@@ -13,7 +13,7 @@ Sources, all under the injectable procfs/sysfs roots of
 * an active probe per configured path (write + fsync + delete in a thread of
   its own, with a timeout) and write-burst detection against a baseline.
 
-``fabricwatch probe-storage`` (:mod:`.probe_cli`) is the on-demand
+``fabricwatch probe-storage`` (:mod:`fabricwatch.cli.probe_storage`) is the on-demand
 checkpoint rehearsal.
 """
 

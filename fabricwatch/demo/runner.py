@@ -58,11 +58,6 @@ STEP = 0.5
 READY_TIMEOUT = 30.0
 """Real seconds the daemon may take to start and read every collector once."""
 
-EXIT_OK = ExitCode.OK
-EXIT_WRONG = ExitCode.FAILURE
-EXIT_STARTUP = ExitCode.CANNOT_START
-EXIT_INTERRUPTED = ExitCode.INTERRUPTED
-
 
 def alerting_wired() -> bool:
     """True once the daemon's config has an ``[alerting]`` section (webhook pages)."""
@@ -177,7 +172,7 @@ class Demo:
                 self._event("alerting is not wired into the daemon yet: no pages will be sent")
             daemon_task = asyncio.create_task(self.daemon.run(), name="daemon")
             if not await self._wait_ready(daemon_task):
-                return DemoResult(EXIT_STARTUP, message="the daemon did not start")
+                return DemoResult(ExitCode.CANNOT_START, message="the daemon did not start")
             self._event("daemon ready: collectors running, engine ticking every 1 s")
             watcher = asyncio.create_task(self._watch(), name="demo-watch")
             try:
@@ -187,7 +182,7 @@ class Demo:
                 with contextlib.suppress(asyncio.CancelledError):
                     await watcher
             if not finished:
-                return DemoResult(EXIT_INTERRUPTED, message="interrupted")
+                return DemoResult(ExitCode.INTERRUPTED, message="interrupted")
             self._poll_incidents()
             api = f"http://127.0.0.1:{port}/api/v1/incidents?limit=1000"
             try:
@@ -218,7 +213,7 @@ class Demo:
                     " (Ctrl-C to stop)"
                 )
                 await self._keep_running(daemon_task)
-            return DemoResult(EXIT_OK if summary["ok"] else EXIT_WRONG, summary)
+            return DemoResult(ExitCode.OK if summary["ok"] else ExitCode.FAILURE, summary)
         finally:
             await self._teardown(daemon_task)
             shutil.rmtree(root, ignore_errors=True)
@@ -486,4 +481,4 @@ def run_demo(opts: DemoOptions, reporter: Reporter) -> DemoResult:
     try:
         return asyncio.run(demo.run())
     except KeyboardInterrupt:
-        return DemoResult(EXIT_INTERRUPTED, message="interrupted")
+        return DemoResult(ExitCode.INTERRUPTED, message="interrupted")

@@ -32,7 +32,6 @@ from typing import TypeVar
 
 from fabricwatch.engine.replay import (
     ReplayResult,
-    Sample,
     SpanRun,
     TickPlan,
     plan_replay,
@@ -40,6 +39,7 @@ from fabricwatch.engine.replay import (
     run_span,
     sample_spacing,
 )
+from fabricwatch.engine.replay_mapping import Sample
 from fabricwatch.engine.settings import EngineSettings
 
 T = TypeVar("T")

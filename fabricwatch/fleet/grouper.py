@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -530,82 +530,25 @@ class Grouper:
         gpu_seconds, cost = _lost(members, now)
         ports = sorted({t.member.label("port") for t in members if t.member.label("port")})
         kind = "stall" if any(t.member.kind == "stall" for t in members) else "slowdown"
-        where = _where(g.key, ports)
         n_gpus = _gpu_count(g)
-        verb = "stalled" if kind == "stall" else "slowed down"
-        summary = (
-            f"{where}: {CAUSE_TEXT.get(cause, cause)} {verb} {len(node_names)} "
-            f"node{'s' if len(node_names) != 1 else ''} / {n_gpus} GPU{'s' if n_gpus != 1 else ''}"
-        )
-        if offline:
-            summary += f" ({len(offline)} offline)"
-        summary += f"; {gpu_seconds:,.0f} GPU-seconds lost"
-        if cost is not None:
-            summary += f" ({cost:,.2f} cost)"
+        summary = _group_summary(
+            _where(g.key, ports), cause, kind, nodes=len(node_names), gpus=n_gpus,
+            offline=len(offline), lost=(gpu_seconds, cost),
+        )  # fmt: skip
         resolved = g.state == "resolved"
         ended = g.resolved_at if resolved else None
-        labels: dict[str, str] = {g.key.kind: g.key.name}
-        if ports:
-            shown = ports[:_PORTS_SHOWN]
-            more = len(ports) - len(shown)
-            labels["ports"] = ",".join(shown) + (f",+{more}" if more else "")
-        by_cause: Counter[str] = Counter()
-        for name in node_names:
-            causes = {t.member.cause for t in members if t.member.node_name == name}
-            by_cause.update(causes)
+        labels = _culprit_labels(g.key, ports)
+        by_cause = _by_cause(members, node_names)
         jobs = sorted({t.member.job for t in members if t.member.job})
         job_fields: dict[str, Any] = {}
         culprit: dict[str, Any] = {"key": str(g.key), "kind": g.key.kind, "labels": labels}
         if g.key.kind == "job":
-            verdict = self._job_verdict(g, now)
-            origin_nodes = verdict.culprit_nodes
-            waiting = [n for n in node_names if n not in origin_nodes]
-            all_nodes = sorted(set(node_names) | origin_nodes)
-            seconds = max(0.0, (ended or now) - g.onset)
-            paged_as = ""
-            cover = None
-            if g.covered_by:
-                paged_as = g.covered_by.replace(":", " ", 1)
-                cover = {
-                    "group": g.covered_by,
-                    "key": self._group_incident(g.cluster, g.covered_by),
-                }
-            summary = job_summary(
-                job=g.key.name,
-                nodes=len(all_nodes),
-                seconds=seconds,
-                kind=kind,
-                verdict=verdict,
-                waiting=len(waiting),
-                paged_as=paged_as,
+            summary, cause, confidence, job_fields = self._job_fields(
+                g, now, node_names=node_names, kind=kind, lost=(gpu_seconds, cost), labels=labels
             )
-            summary += f"; {gpu_seconds:,.0f} GPU-seconds lost"
-            if cost is not None:
-                summary += f" ({cost:,.2f} cost)"
-            if verdict.origin is not None:
-                cause, confidence = verdict.origin.cause, round(verdict.origin.confidence, 3)
-                labels["origin"] = verdict.origin.node
-            else:
-                cause, confidence = "unknown", 0.0
             jobs = [g.key.name]
-            job_fields = {
-                "origin": origin_json(verdict.origin),
-                "also": [origin_json(c) for c in verdict.also],
-                "waiting": waiting,
-                "waiting_count": len(waiting),
-                "first_stalled": [c.node for c in verdict.first],
-                "covered_by": cover,
-                "job_nodes": all_nodes,
-            }
         elif g.key.kind in INFRA_KINDS:
-            verdict = rank(candidate(t.member, str(g.key), g.incident_key) for t in members)
-            waiting_by_job = self._waiting_by_job(g)
-            if jobs:
-                summary += "; " + jobs_text(waiting_by_job, jobs)
-            job_fields = {
-                "origin": origin_json(verdict.origin),
-                "jobs_waiting": dict(sorted(waiting_by_job.items())),
-            }
+            summary, job_fields = self._infra_fields(g, members, summary, jobs)
         return {
             "schema": CLUSTER_SCHEMA,
             "key": g.incident_key,
@@ -633,7 +576,7 @@ class Grouper:
             "node_count": len(node_names),
             "nodes": node_names,
             "nodes_offline": offline,
-            "nodes_by_cause": dict(sorted(by_cause.items())),
+            "nodes_by_cause": by_cause,
             "gpu_count": n_gpus,
             "gpus": [f"{name}:{gpu_list(gpus)}" for name, gpus in _gpus_by_node(members).items()],
             "jobs": jobs,
@@ -643,31 +586,130 @@ class Grouper:
             "episodes": 1,
             "evidence": _evidence(members),
             "missing_families": [],
-            "members": [
-                {
-                    "node": t.member.node,
-                    "node_name": t.member.node_name,
-                    "incident": t.member.key,
-                    "state": t.member.state,
-                    "online": not self._offline(t),
-                    "cause": t.member.cause,
-                    "confidence": round(t.member.confidence, 3),
-                    "culprit": t.member.culprit_key,
-                    "culprit_kind": t.member.culprit_kind,
-                    "evidence": next(
-                        (e.text for e in t.member.evidence if e.cause == t.member.cause), ""
-                    ),
-                    "gpus": list(t.member.gpus),
-                    "job": t.member.job or None,
-                    "onset_unix": round(t.member.onset, 3),
-                    "gpu_seconds_lost": round(t.member.gpu_seconds, 3),
-                }
-                for t in members
-            ],
+            "members": [self._member_json(t) for t in members],
             "signature": list(g.signature),
             "revision": g.revision,
             **job_fields,
         }
+
+    def _infra_fields(
+        self, g: Group, members: Sequence[Tracked], summary: str, jobs: list[str]
+    ) -> tuple[str, dict[str, Any]]:
+        """A switch/storage/NVLink group's origin and the jobs waiting on it."""
+        verdict = rank(candidate(t.member, str(g.key), g.incident_key) for t in members)
+        waiting_by_job = self._waiting_by_job(g)
+        if jobs:
+            summary += "; " + jobs_text(waiting_by_job, jobs)
+        return summary, {
+            "origin": origin_json(verdict.origin),
+            "jobs_waiting": dict(sorted(waiting_by_job.items())),
+        }
+
+    def _member_json(self, t: Tracked) -> dict[str, Any]:
+        m = t.member
+        return {
+            "node": m.node,
+            "node_name": m.node_name,
+            "incident": m.key,
+            "state": m.state,
+            "online": not self._offline(t),
+            "cause": m.cause,
+            "confidence": round(m.confidence, 3),
+            "culprit": m.culprit_key,
+            "culprit_kind": m.culprit_kind,
+            "evidence": next((e.text for e in m.evidence if e.cause == m.cause), ""),
+            "gpus": list(m.gpus),
+            "job": m.job or None,
+            "onset_unix": round(m.onset, 3),
+            "gpu_seconds_lost": round(m.gpu_seconds, 3),
+        }
+
+    def _job_fields(
+        self,
+        g: Group,
+        now: float,
+        *,
+        node_names: list[str],
+        kind: str,
+        lost: tuple[float, float | None],
+        labels: dict[str, str],
+    ) -> tuple[str, str, float, dict[str, Any]]:
+        """A job group's summary, cause, confidence and job fields (origin, waiting)."""
+        gpu_seconds, cost = lost
+        ended = g.resolved_at if g.state == "resolved" else None
+        verdict = self._job_verdict(g, now)
+        origin_nodes = verdict.culprit_nodes
+        waiting = [n for n in node_names if n not in origin_nodes]
+        all_nodes = sorted(set(node_names) | origin_nodes)
+        seconds = max(0.0, (ended or now) - g.onset)
+        paged_as = ""
+        cover = None
+        if g.covered_by:
+            paged_as = g.covered_by.replace(":", " ", 1)
+            cover = {"group": g.covered_by, "key": self._group_incident(g.cluster, g.covered_by)}
+        summary = job_summary(
+            job=g.key.name, nodes=len(all_nodes), seconds=seconds, kind=kind, verdict=verdict,
+            waiting=len(waiting), paged_as=paged_as,
+        )  # fmt: skip
+        summary += f"; {gpu_seconds:,.0f} GPU-seconds lost"
+        if cost is not None:
+            summary += f" ({cost:,.2f} cost)"
+        if verdict.origin is not None:
+            cause, confidence = verdict.origin.cause, round(verdict.origin.confidence, 3)
+            labels["origin"] = verdict.origin.node
+        else:
+            cause, confidence = "unknown", 0.0
+        fields = {
+            "origin": origin_json(verdict.origin),
+            "also": [origin_json(c) for c in verdict.also],
+            "waiting": waiting,
+            "waiting_count": len(waiting),
+            "first_stalled": [c.node for c in verdict.first],
+            "covered_by": cover,
+            "job_nodes": all_nodes,
+        }
+        return summary, cause, confidence, fields
+
+
+def _group_summary(
+    where: str,
+    cause: str,
+    kind: str,
+    *,
+    nodes: int,
+    gpus: int,
+    offline: int,
+    lost: tuple[float, float | None],
+) -> str:
+    """``leaf-7 swp12: PFC pause storm stalled 32 nodes / 256 GPUs; 8,192 GPU-seconds lost``."""
+    verb = "stalled" if kind == "stall" else "slowed down"
+    summary = (
+        f"{where}: {CAUSE_TEXT.get(cause, cause)} {verb} {nodes} "
+        f"node{'s' if nodes != 1 else ''} / {gpus} GPU{'s' if gpus != 1 else ''}"
+    )
+    if offline:
+        summary += f" ({offline} offline)"
+    summary += f"; {lost[0]:,.0f} GPU-seconds lost"
+    if lost[1] is not None:
+        summary += f" ({lost[1]:,.2f} cost)"
+    return summary
+
+
+def _culprit_labels(key: GroupKey, ports: Sequence[str]) -> dict[str, str]:
+    labels: dict[str, str] = {key.kind: key.name}
+    if ports:
+        shown = ports[:_PORTS_SHOWN]
+        more = len(ports) - len(shown)
+        labels["ports"] = ",".join(shown) + (f",+{more}" if more else "")
+    return labels
+
+
+def _by_cause(members: Sequence[Tracked], node_names: Sequence[str]) -> dict[str, int]:
+    """Nodes per cause (a node counts once per cause among its members)."""
+    by_cause: Counter[str] = Counter()
+    for name in node_names:
+        by_cause.update({t.member.cause for t in members if t.member.node_name == name})
+    return dict(sorted(by_cause.items()))
 
 
 def _gpus_by_node(members: Iterable[Tracked]) -> dict[str, set[str]]:

@@ -12,7 +12,10 @@ database) and charges their GPU-seconds to jobs:
   job, under the incident's cause and the group's kind (``switch``...);
 - a node incident charges itself to its job, cause and culprit kind.
 
-Each incident counts once, at its latest revision. Metrics stay low in
+Each incident counts once, at its latest revision. The **badput** is what a
+job lost over its GPU wall time, which the ledger learns from the nodes' job
+reports (:mod:`fabricwatch.fleet.jobwork`: each node's GPUs of the job over
+each window); without reports it is ``null``. Metrics stay low in
 cardinality: per-job series only for jobs seen within ``job_expiry`` (the
 fleet learns that a job ended only from its silence), fleet totals by cause
 and culprit kind without a job label.
@@ -20,11 +23,13 @@ and culprit kind without a job label.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from fabricwatch.fleet.jobwork import JobWork
 from fabricwatch.readings import MetricKind, MetricSpec, Reading
 
 LEDGER_SCHEMA = "fabricwatch.job-ledger/v1"
@@ -60,13 +65,21 @@ LOST_TOTAL = MetricSpec(
     "GPU-seconds lost to incidents across all jobs, by cause and culprit kind (max over replicas).",
     ("cluster", "cause", "culprit_kind"),
 )
+JOB_BADPUT = MetricSpec(
+    "fabricwatch_fleet_job_badput_ratio",
+    MetricKind.GAUGE,
+    "Share of a running job's GPU wall time lost, by cause (GPU-seconds lost / the job's "
+    "GPU-seconds from its nodes' job reports); only for jobs with reports; expires with "
+    "the job's other series.",
+    ("cluster", "job", "cause"),
+)
 JOBS_TRACKED = MetricSpec(
     "fabricwatch_fleet_jobs",
     MetricKind.GAUGE,
     "Jobs in the ledger (seen within job_expiry).",
     ("cluster",),
 )
-LEDGER_METRICS: tuple[MetricSpec, ...] = (JOB_LOST, JOB_COST, LOST_TOTAL, JOBS_TRACKED)
+LEDGER_METRICS: tuple[MetricSpec, ...] = (JOB_LOST, JOB_COST, JOB_BADPUT, LOST_TOTAL, JOBS_TRACKED)
 
 
 def culprit_kind(kind: str) -> str:
@@ -142,12 +155,14 @@ class JobEntry:
     ) -> dict[str, Any]:
         """The ``fabricwatch.job-ledger/v1`` entry of this job."""
         total = self.total
+        wall = job_gpu_seconds if job_gpu_seconds else None
         by = [
             {
                 "cause": c,
                 "culprit_kind": k,
                 "gpu_seconds_lost": round(s, 3),
                 "share": round(s / total, 4) if total > 0 else 0.0,
+                "badput": round(s / wall, 5) if wall else None,
                 "cost_lost": round(s * cost_per_gpu_hour / 3600.0, 4)
                 if cost_per_gpu_hour > 0
                 else None,
@@ -167,8 +182,8 @@ class JobEntry:
             "cost_lost": round(total * cost_per_gpu_hour / 3600.0, 4)
             if cost_per_gpu_hour > 0
             else None,
-            "job_gpu_seconds": job_gpu_seconds,
-            "badput": round(total / job_gpu_seconds, 5) if job_gpu_seconds else None,
+            "job_gpu_seconds": round(wall, 3) if wall else None,
+            "badput": round(total / wall, 5) if wall else None,
             "by_cause": by,
         }
 
@@ -184,6 +199,22 @@ class Ledger:
         self._charged: dict[str, dict[tuple[str, str, str], float]] = {}
         self.totals: dict[tuple[str, str, str], float] = {}
         self._jobs_of: dict[str, set[tuple[str, str]]] = {}
+        self.job_time: dict[tuple[str, str], float] = {}
+        self._time_seen: dict[tuple[str, str], float] = {}
+        self._reported: dict[tuple[str, str], float] = {}
+
+    def observe(self, cluster: str, report: JobWork, now: float) -> bool:
+        """Add a node's job report to its jobs' GPU wall time; False for a report
+        this node already gave (a window at or before its latest)."""
+        nk = (cluster, report.node)
+        if self._reported.get(nk, -math.inf) >= report.start:
+            return False
+        self._reported[nk] = report.start
+        for job, secs in report.gpu_seconds().items():
+            jk = (cluster, job)
+            self.job_time[jk] = self.job_time.get(jk, 0.0) + secs
+            self._time_seen[jk] = now
+        return True
 
     def apply(self, doc: Mapping[str, Any], now: float) -> bool:
         """Take an incident document's latest revision; False when stale."""
@@ -259,6 +290,16 @@ class Ledger:
                     self._jobs_of.pop(key, None)
                     self._revisions.pop(key, None)
                     self._charged.pop(key, None)
+        # Job time of jobs without incidents waits for one as long as a job's series live.
+        for jk in [
+            jk
+            for jk, seen in self._time_seen.items()
+            if jk not in self.jobs and now - seen >= self.job_expiry
+        ]:
+            self.job_time.pop(jk, None)
+            self._time_seen.pop(jk, None)
+        for nk in [nk for nk, start in self._reported.items() if now - start >= self.job_expiry]:
+            del self._reported[nk]
         return gone
 
     def readings(self) -> list[Reading]:
@@ -272,6 +313,15 @@ class Ledger:
             if self.cost_per_gpu_hour > 0:
                 cost = e.total * self.cost_per_gpu_hour / 3600.0
                 out.append(Reading(JOB_COST.name, (cluster, job), cost))
+            wall = self.job_time.get((cluster, job), 0.0)
+            if wall > 0:
+                by_cause: dict[str, float] = {}
+                for (cause, _kind), s in e.lost.items():
+                    by_cause[cause] = by_cause.get(cause, 0.0) + s
+                out.extend(
+                    Reading(JOB_BADPUT.name, (cluster, job, cause), s / wall)
+                    for cause, s in sorted(by_cause.items())
+                )
         out.extend(Reading(LOST_TOTAL.name, k, v) for k, v in sorted(self.totals.items()))
         out.extend(
             Reading(JOBS_TRACKED.name, (c,), float(n)) for c, n in sorted(per_cluster.items())
@@ -288,12 +338,22 @@ class Ledger:
             if (cluster is None or e.cluster == cluster) and (job is None or e.job == job)
         ]
         sel.sort(key=lambda e: (-e.total, e.cluster, e.job))
-        return [e.to_json(self.cost_per_gpu_hour) for e in sel]
+        return [
+            e.to_json(self.cost_per_gpu_hour, self.job_time.get((e.cluster, e.job))) for e in sel
+        ]
 
 
-def ledger_of(docs: Iterable[Mapping[str, Any]], *, cost_per_gpu_hour: float = 0.0) -> Ledger:
-    """A ledger over documents at rest (a database, a replay), nothing expired."""
+def ledger_of(
+    docs: Iterable[Mapping[str, Any]],
+    *,
+    cost_per_gpu_hour: float = 0.0,
+    reports: Iterable[tuple[str, JobWork]] = (),
+) -> Ledger:
+    """A ledger over documents at rest (a database, a replay), nothing expired;
+    ``reports`` are (cluster, job report) pairs that give the badput."""
     led = Ledger(job_expiry=float("inf"), cost_per_gpu_hour=cost_per_gpu_hour)
+    for cluster, r in sorted(reports, key=lambda x: (x[0], x[1].node, x[1].start)):
+        led.observe(cluster, r, r.end)
     for d in sorted(docs, key=lambda d: (_num(d.get("onset_unix")), str(d.get("key")))):
         led.apply(d, _num(d.get("updated_unix")) or _num(d.get("onset_unix")))
     return led

@@ -410,6 +410,14 @@ class FleetTopics:
         """Node status of one cluster (every replica reads all of them)."""
         return f"{self.prefix.strip('/')}/{cluster}/+/status"
 
+    def jobwork_filter(self, cluster: str = "+") -> str:
+        """Node job reports (``fabricwatch.node-jobwork/v1``); every replica reads all."""
+        return f"{self.prefix.strip('/')}/{cluster}/+/jobwork"
+
+    def node_jobwork(self, cluster: str, node: str) -> str:
+        """Where one node publishes its job reports."""
+        return f"{self.prefix.strip('/')}/{topic_segment(cluster)}/{topic_segment(node)}/jobwork"
+
     def member(self, partition: int, m: Member) -> str:
         """Retained latest state of one node incident; ``/o`` open, ``/r`` resolved."""
         leaf = "r" if m.state == "resolved" else "o"

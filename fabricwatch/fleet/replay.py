@@ -11,24 +11,20 @@ members come out ("which node stalled job X last Tuesday?").
 from __future__ import annotations
 
 import math
+import multiprocessing
 import re
 from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from fabricwatch.engine import signals as sig
 from fabricwatch.engine.incidents import IncidentTransition, to_json
-from fabricwatch.engine.replay import (
-    Mapper,
-    ReplayError,
-    ReplayResult,
-    Sample,
-    fetch_prometheus,
-    parse_openmetrics,
-    prom_query,
-    run_replay,
-    selector,
-)
+from fabricwatch.engine.replay import ReplayResult
+from fabricwatch.engine.replay_jobs import run_parallel, usable_cores
+from fabricwatch.engine.replay_mapping import Mapper, ReplayError, Sample
+from fabricwatch.engine.replay_openmetrics import parse_openmetrics
+from fabricwatch.engine.replay_prometheus import fetch_prometheus, prom_query, selector
 from fabricwatch.engine.settings import EngineSettings
 from fabricwatch.fleet.grouper import Grouper, GroupTransition
 from fabricwatch.fleet.model import member_from_incident
@@ -217,6 +213,32 @@ class FleetReplay:
     fleet: FleetResult
 
 
+def _replay_one(
+    node: str, samples: Sequence[Sample], engine: EngineSettings, jobs: int
+) -> ReplayResult:
+    return run_parallel(samples, engine, node=node, jobs=jobs)
+
+
+def replay_each(
+    samples_by_node: Mapping[str, Sequence[Sample]],
+    engine: EngineSettings,
+    *,
+    jobs: int | None = 1,
+) -> dict[str, ReplayResult]:
+    """Each node's replay; with ``jobs`` > 1 nodes run in parallel processes (each
+    node's replay is independent), and when there are fewer nodes than jobs each
+    node's own replay is split by time (the engine's parallel runner). The results
+    are those of one pass (``None``: every usable core)."""
+    n = usable_cores() if jobs is None else max(1, jobs)
+    nodes = sorted(samples_by_node)
+    if n == 1 or len(nodes) < n:
+        return {x: _replay_one(x, samples_by_node[x], engine, n) for x in nodes}
+    ctx = multiprocessing.get_context("fork")
+    with ProcessPoolExecutor(max_workers=n, mp_context=ctx) as pool:
+        futures = {x: pool.submit(_replay_one, x, samples_by_node[x], engine, 1) for x in nodes}
+        return {x: f.result() for x, f in futures.items()}
+
+
 def replay_nodes(
     samples_by_node: Mapping[str, Sequence[Sample]],
     engine: EngineSettings,
@@ -224,16 +246,17 @@ def replay_nodes(
     *,
     cluster: str = "default",
     job: str = "",
+    jobs: int | None = 1,
 ) -> FleetReplay:
     """Run each node's engine over its samples, then the fleet grouping over all.
 
     ``job`` is the job of node incidents that carry none (telemetry without job
-    information: the operator names the job being investigated)."""
-    results: dict[str, ReplayResult] = {}
+    information: the operator names the job being investigated); ``jobs`` as in
+    :func:`replay_each`."""
+    results = replay_each(samples_by_node, engine, jobs=jobs)
     events: list[tuple[str, IncidentTransition]] = []
     for node in sorted(samples_by_node):
-        res = run_replay(samples_by_node[node], engine, node=node)
-        results[node] = res
+        res = results[node]
         for tr in res.transitions:
             if job and not tr.incident.job:
                 tr = replace(tr, incident=replace(tr.incident, job=job))  # noqa: PLW2901

@@ -32,6 +32,7 @@ from typing import Literal
 
 from fabricwatch.engine import signals as sig
 from fabricwatch.engine.incidents import IncidentTransition
+from fabricwatch.engine.replay_mapping import Sample
 from fabricwatch.engine.settings import EngineSettings
 from fabricwatch.readings import Reading
 from fabricwatch.testing.sim_scenarios import Injection, NodeSpec, Scenario, run_live
@@ -302,6 +303,15 @@ def node_steps(cluster: Cluster, p: NodePlan) -> Steps:
                 rs.append(w)
             out.append((coll, rs))
         yield t, out
+
+
+def node_samples(cluster: Cluster) -> dict[str, list[Sample]]:
+    """Every node's telemetry as replay samples (what its job reports are built from)."""
+    out: dict[str, list[Sample]] = {}
+    for p in plan(cluster):
+        rs = [r for _, batches in node_steps(cluster, p) for _, x in batches for r in x]
+        out[p.node.name] = [(float(r.ts or 0.0), r.name, r.labels, r.value) for r in rs]
+    return out
 
 
 def node_transitions(

@@ -25,6 +25,8 @@ from typing import Any
 import aiomqtt
 
 from fabricwatch.engine.incidents import IncidentTransition, to_json
+from fabricwatch.fleet.jobwork import JobWork
+from fabricwatch.fleet.model import FleetTopics
 from fabricwatch.fleet.sim import FaultTruth, window
 from fabricwatch.outputs.mqtt import Topics
 from fabricwatch.outputs.outbox import build_event
@@ -65,12 +67,24 @@ async def publish_in_time(
     cluster: str,
     prefix: str = "fabricwatch/v1",
     host: str = "127.0.0.1",
+    reports: Sequence[JobWork] = (),
 ) -> int:
     """Publish each node transition on ``<prefix>/<cluster>/<node>/incidents`` (QoS 1)
-    at its scenario time, as the node's MQTT sink would; returns how many."""
+    at its scenario time, as the node's MQTT sink would, and each job report on
+    ``.../<node>/jobwork`` at its window's end; returns how many incidents."""
+    timeline: list[tuple[float, int, str, IncidentTransition | JobWork]] = [
+        (tr.at, 1, node, tr) for node, tr in events
+    ]
+    timeline += [(r.end, 0, r.node, r) for r in reports]
+    timeline.sort(key=lambda x: (x[0], x[1], x[2]))
     async with aiomqtt.Client(host, port, identifier=f"fw-sim-{time.monotonic_ns()}") as c:
-        for node, tr in events:
-            await clock.sleep_until(tr.at)
+        for at, _, node, item in timeline:
+            await clock.sleep_until(at)
+            if isinstance(item, JobWork):
+                topic = FleetTopics(prefix, "").node_jobwork(cluster, node)
+                await c.publish(topic, item.body(), qos=1)
+                continue
+            tr = item
             doc = to_json(tr.incident)
             ev = build_event(
                 transition=tr.kind,

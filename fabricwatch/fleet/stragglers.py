@@ -19,8 +19,11 @@ windows in a row, same node, are one job incident with the cause
 ``straggler`` and that node as origin; the others waited, and their idle
 seconds times their GPUs are the GPU-seconds lost.
 
-Offline only: the live aggregator sees node incidents, not the nodes'
-telemetry (fleet replay has it).
+Windows lie on a grid of ``window`` seconds (unix time), so the live fleet and
+fleet replay cut the same windows. Both feed the same input, the nodes' job
+reports (:mod:`fabricwatch.fleet.jobwork`): live from MQTT
+(:class:`LiveStragglers`), in replay built from each node's samples
+(:func:`find_stragglers`).
 """
 
 from __future__ import annotations
@@ -31,8 +34,9 @@ from dataclasses import dataclass
 from statistics import median
 from typing import Any
 
-from fabricwatch.engine import signals as sig
-from fabricwatch.engine.replay import Sample
+from fabricwatch.engine.incidents import TransitionKind
+from fabricwatch.engine.replay_mapping import Sample
+from fabricwatch.fleet.jobwork import JobWork, reports_by_node
 from fabricwatch.fleet.model import GroupKey, cluster_incident_key, group_topic_id
 from fabricwatch.outputs.outbox import iso
 
@@ -56,20 +60,14 @@ class _NodeWork:
     points: list[tuple[float, float]]  # (ts, mean work of the node's GPUs)
 
 
-def _node_work(samples: Sequence[Sample]) -> _NodeWork:
+def _node_work(reports: Sequence[JobWork]) -> _NodeWork:
     jobs: dict[str, set[str]] = {}
-    sm: dict[float, list[float]] = {}
-    power: dict[float, list[float]] = {}
-    for ts, fam, labels, value in samples:
-        if fam == sig.GPU_JOB and value > 0:
-            jobs.setdefault(labels[1], set()).add(labels[0])
-        elif fam == sig.GPU_SM:
-            sm.setdefault(round(ts), []).append(value)
-        elif fam == sig.GPU_POWER:
-            power.setdefault(round(ts), []).append(value)
-    series = sm or power
-    points = sorted((float(t), sum(v) / len(v)) for t, v in series.items() if v)
-    return _NodeWork(jobs, points)
+    points: dict[float, float] = {}
+    for r in reports:
+        for job, gpus in r.jobs:
+            jobs.setdefault(job, set()).update(gpus)
+        points.update(r.points)
+    return _NodeWork(jobs, sorted(points.items()))
 
 
 def _p90(values: list[float]) -> float:
@@ -83,9 +81,21 @@ def find_stragglers(
     *,
     cluster: str = "default",
 ) -> list[dict[str, Any]]:
-    """Straggler job incidents (``fabricwatch.cluster-incident/v1`` job documents)."""
+    """Straggler job incidents (``fabricwatch.cluster-incident/v1`` job documents) in
+    several nodes' samples, from the job reports those nodes would have published."""
     st = settings or StragglerSettings()
-    work = {n: _node_work(s) for n, s in samples_by_node.items()}
+    return stragglers_in(reports_by_node(samples_by_node, st.window), st, cluster=cluster)
+
+
+def stragglers_in(
+    reports: Mapping[str, Sequence[JobWork]],
+    settings: StragglerSettings | None = None,
+    *,
+    cluster: str = "default",
+) -> list[dict[str, Any]]:
+    """Straggler job incidents in the nodes' job reports (node -> its reports)."""
+    st = settings or StragglerSettings()
+    work = {n: _node_work(r) for n, r in reports.items()}
     by_job: dict[str, list[str]] = {}
     gpus: dict[tuple[str, str], int] = {}
     for node, w in work.items():
@@ -106,7 +116,8 @@ def _windows(
     nodes: Sequence[str], work: Mapping[str, _NodeWork], st: StragglerSettings
 ) -> list[tuple[float, dict[str, tuple[float, float, float]]]]:
     """Per window start: node -> (idle share, relative level while working, idle seconds)."""
-    t0 = min((work[n].points[0][0] for n in nodes if work[n].points), default=math.inf)
+    first = min((work[n].points[0][0] for n in nodes if work[n].points), default=math.inf)
+    t0 = math.floor(first / st.window) * st.window if math.isfinite(first) else first
     t1 = max((work[n].points[-1][0] for n in nodes if work[n].points), default=-math.inf)
     if t1 <= t0:
         return []
@@ -180,6 +191,7 @@ def _job_stragglers(
             _doc(
                 cluster, job, origin=origin, waiting=waiting, onset=onset, end=end, lost=lost,
                 idle_others=idle_others, level=level,
+                gpus={n: gpus.get((n, job), 0) for n in (origin, *waiting)},
             )
         )  # fmt: skip
     return docs
@@ -196,6 +208,7 @@ def _doc(
     lost: float,
     idle_others: float,
     level: float,
+    gpus: Mapping[str, int],
 ) -> dict[str, Any]:
     key = GroupKey("job", job)
     evidence = (
@@ -221,8 +234,22 @@ def _doc(
         "summary": summary,
         "onset": iso(onset),
         "onset_unix": round(onset, 3),
+        "updated_unix": round(end, 3),
         "resolved_unix": round(end, 3),
         "duration_seconds": round(end - onset, 3),
+        "node_count": len(gpus),
+        "nodes": sorted(gpus),
+        "gpu_count": sum(gpus.values()),
+        "evidence": [
+            {
+                "cause": "straggler",
+                "family": "gpu_work",
+                "culprit": f"node:{origin}",
+                "score": 1.0,
+                "text": evidence,
+                "nodes": 1,
+            }
+        ],
         "job": job,
         "jobs": [job],
         "origin": {
@@ -247,3 +274,97 @@ def _doc(
         "gpu_seconds_lost": round(lost, 3),
         "revision": 1,
     }
+
+
+@dataclass(frozen=True, slots=True)
+class StragglerTransition:
+    """A live straggler job incident opened, updated or resolved."""
+
+    kind: TransitionKind
+    at: float
+    cluster: str
+    job: str
+    doc: dict[str, Any]
+
+
+class LiveStragglers:
+    """The live fleet's straggler detector: job reports in, job incidents out.
+
+    Every replica receives every node's reports and runs the detector over all
+    of them (the same reports give every replica the same incidents, so one
+    that takes over a job continues its incident instead of paging it again);
+    the aggregator records and pages only the jobs it owns. Reports older than
+    ``horizon`` are dropped, so memory is bounded by nodes x horizon, and each
+    node's busy level is taken over that horizon.
+    """
+
+    def __init__(
+        self, settings: StragglerSettings | None = None, *, horizon: float = 7200.0
+    ) -> None:
+        self.settings = settings or StragglerSettings()
+        self.horizon = horizon
+        self.reports: dict[tuple[str, str], list[JobWork]] = {}
+        self.known: dict[str, dict[str, Any]] = {}
+        self._dirty: set[str] = set()
+
+    def add(self, cluster: str, report: JobWork) -> None:
+        """Take one node report (kept in time order; a repeated window replaces)."""
+        rs = self.reports.setdefault((cluster, report.node), [])
+        rs[:] = [r for r in rs if r.start != report.start]
+        rs.append(report)
+        rs.sort(key=lambda r: r.start)
+        self._dirty.add(cluster)
+
+    def _latest(self, cluster: str, job: str) -> float:
+        return max(
+            (r.end for (c, _), rs in self.reports.items() if c == cluster for r in rs[-1:]
+             if any(j == job for j, _ in r.jobs)),
+            default=-math.inf,
+        )  # fmt: skip
+
+    def tick(self, now: float) -> list[StragglerTransition]:
+        """Detect over what arrived since the last tick; transitions in onset order."""
+        old = [k for k, rs in self.reports.items() if not rs or now - rs[-1].end > self.horizon]
+        for key in old:
+            del self.reports[key]
+        for rs in self.reports.values():
+            rs[:] = [r for r in rs if now - r.end <= self.horizon]
+        out: list[StragglerTransition] = []
+        for cluster in sorted(self._dirty):
+            by_node = {n: rs for (c, n), rs in self.reports.items() if c == cluster}
+            for doc in stragglers_in(by_node, self.settings, cluster=cluster):
+                out.extend(self._compare(cluster, doc, now))
+        self._dirty.clear()
+        for ikey, doc in list(self.known.items()):
+            if now - float(doc["updated_unix"]) > self.horizon:
+                del self.known[ikey]
+        return out
+
+    def _compare(self, cluster: str, doc: dict[str, Any], now: float) -> list[StragglerTransition]:
+        job = str(doc["job"])
+        # Still open while its last flagged window is the job's latest complete one.
+        ongoing = float(doc["resolved_unix"]) + self.settings.window >= self._latest(cluster, job)
+        doc["state"] = "open" if ongoing else "resolved"
+        if ongoing:
+            doc["resolved_unix"] = None
+        before = self.known.get(str(doc["key"]))
+        out: list[StragglerTransition] = []
+        if before is None:
+            doc["revision"] = 1
+            out.append(StragglerTransition("opened", now, cluster, job, dict(doc, state="open")))
+        else:
+            same = {k: v for k, v in before.items() if k not in ("revision", "state")}
+            if same == {k: v for k, v in doc.items() if k not in ("revision", "state")} and (
+                before["state"] == doc["state"]
+            ):
+                return []
+            if before["state"] == "resolved":
+                return []  # a resolved episode stays resolved
+            doc["revision"] = int(before["revision"]) + 1
+            if ongoing:
+                out.append(StragglerTransition("updated", now, cluster, job, dict(doc)))
+        if not ongoing:
+            doc["revision"] = int(out[-1].doc["revision"]) + 1 if out else doc["revision"]
+            out.append(StragglerTransition("resolved", now, cluster, job, dict(doc)))
+        self.known[str(doc["key"])] = dict(doc)
+        return out

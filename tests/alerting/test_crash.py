@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from fabricwatch.outputs import cli_deliveries
+from fabricwatch.cli import deliveries as cli_deliveries
 from tests.alerting.conftest import Receiver, new_secret, python_env
 
 pytestmark = pytest.mark.integration

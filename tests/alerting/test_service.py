@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from fabricwatch.cli import deliveries as cli_deliveries
 from fabricwatch.engine.db import IncidentDB
 from fabricwatch.errors import ConfigError
-from fabricwatch.outputs import cli_deliveries
 from fabricwatch.outputs.alerting import METRICS, AlertingService
 from fabricwatch.outputs.settings import AlertingSettings, MqttSettings
 from fabricwatch.settings import build, dumps_toml, to_table

@@ -16,7 +16,7 @@ import pytest
 from fabricwatch import __version__
 from fabricwatch.cli import main
 from fabricwatch.engine.db import DB_FILENAME, IncidentDB
-from fabricwatch.engine.replay import write_openmetrics
+from fabricwatch.engine.replay_openmetrics import write_openmetrics
 from fabricwatch.errors import ExitCode
 from fabricwatch.logs import configure_logging
 from fabricwatch.testing.sim_scenarios import Injection, Scenario, flatten, run_live

@@ -17,8 +17,9 @@ from standardwebhooks import Webhook
 from fabricwatch.clock import scaled_clock
 from fabricwatch.collector import CollectorEnv, CollectorFactory, CollectorSettings
 from fabricwatch.config import parse_config
-from fabricwatch.daemon import EXIT_OK, Daemon
+from fabricwatch.daemon import Daemon
 from fabricwatch.engine import signals
+from fabricwatch.errors import ExitCode
 from fabricwatch.readings import MetricSpec, Reading
 from fabricwatch.testing.sim_scenarios import Injection, Scenario
 
@@ -116,7 +117,7 @@ async def test_pfc_storm_is_detected_persisted_served_and_paged(tmp_path: Path) 
         daemon.request_stop()
         rc = await asyncio.wait_for(task, timeout=30)
         await runner.cleanup()
-    assert rc == EXIT_OK
+    assert rc == ExitCode.OK
     assert [_transition(p) for p in pages][:1] == ["opened"], pages
     assert "resolved" in [_transition(p) for p in pages]
     incident = _incident(pages[0])

@@ -7,8 +7,8 @@ import io
 
 import pytest
 
-from fabricwatch.demo import cli
-from fabricwatch.demo.runner import EXIT_WRONG, Demo, DemoOptions
+from fabricwatch.cli import main
+from fabricwatch.demo.runner import Demo, DemoOptions
 from fabricwatch.demo.scenarios import (
     ALL,
     FLAP_DOWN,
@@ -21,6 +21,7 @@ from fabricwatch.demo.scenarios import (
     select,
 )
 from fabricwatch.demo.view import PlainReporter
+from fabricwatch.errors import ExitCode
 
 
 @pytest.mark.parametrize(
@@ -29,7 +30,7 @@ from fabricwatch.demo.view import PlainReporter
 )
 def test_bad_options_are_usage_errors(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exc:
-        cli.main(argv)
+        main(["demo", *argv])
     assert exc.value.code == 2
     assert "usage:" in capsys.readouterr().err
 
@@ -37,13 +38,13 @@ def test_bad_options_are_usage_errors(argv: list[str], capsys: pytest.CaptureFix
 def test_too_short_a_fault_is_refused_before_anything_starts(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    assert cli.main(["--duration", "5"]) == 2
+    assert main(["demo", "--duration", "5"]) == 2
     assert "at least 20" in capsys.readouterr().err
 
 
 def test_help_lists_every_scenario(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exc:
-        cli.main(["--help"])
+        main(["demo", "--help"])
     assert exc.value.code == 0
     out = capsys.readouterr().out
     for name in [*SCENARIOS, ALL, "--keep-running", "--summary-json"]:
@@ -93,7 +94,7 @@ async def test_a_wrong_ground_truth_makes_the_run_fail() -> None:
         PlainReporter(out),
     )
     result = await demo.run()
-    assert result.code == EXIT_WRONG
+    assert result.code == ExitCode.FAILURE
     assert result.summary is not None
     sc = result.summary["scenarios"][0]
     assert not sc["ok"]

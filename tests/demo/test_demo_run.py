@@ -35,7 +35,7 @@ def _command() -> list[str]:
     for action in build_parser()._actions:
         if isinstance(action, argparse._SubParsersAction) and "demo" in action.choices:
             return [sys.executable, "-m", "fabricwatch", "demo"]
-    return [sys.executable, "-m", "fabricwatch.demo.cli"]
+    return [sys.executable, "-m", "fabricwatch", "demo"]
 
 
 def _env(tmp: Path) -> dict[str, str]:

@@ -19,7 +19,8 @@ import yaml
 
 from fabricwatch.cli import build_parser
 from fabricwatch.collectors import builtin_registry
-from fabricwatch.config import DEFAULT_CONFIG_PATH, DEFAULT_PORT, parse_config
+from fabricwatch.config import parse_config
+from fabricwatch.defaults import DEFAULT_CONFIG_PATH, DEFAULT_PORT
 from tests.deploy.conftest import DEPLOY, K8S, REPO
 
 CONTAINERFILE = K8S / "Containerfile"

@@ -72,6 +72,15 @@ def test_three_dashboards_with_expected_structure() -> None:
     assert {"switch", "port"} <= {v["name"] for v in switch["templating"]["list"]}
     fleet = docs["fabricwatch-fleet.json"]
     assert any(a.get("expr") for a in fleet["annotations"]["list"])
+    # The job panels: the fleet ledger's lost GPU-hours by cause, and the badput.
+    exprs = " ".join(t["expr"] for p in fleet["panels"] for t in p.get("targets", []))
+    for name in (
+        "fabricwatch_fleet_job_gpu_seconds_lost",
+        "fabricwatch_fleet_job_badput_ratio",
+        "fabricwatch_fleet_gpu_seconds_lost_total",
+        "fabricwatch_fleet_incidents_open",
+    ):
+        assert name in exprs, name
 
 
 def test_every_panel_has_a_query() -> None:

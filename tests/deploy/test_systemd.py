@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from fabricwatch.cli import build_parser
-from fabricwatch.config import DEFAULT_CONFIG_PATH
+from fabricwatch.defaults import DEFAULT_CONFIG_PATH
 from tests.deploy.conftest import UNIT, need
 
 MAX_EXPOSURE = 2.5

@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from fabricwatch.engine import cli_incidents, cli_replay
+from fabricwatch.cli import incidents as cli_incidents
+from fabricwatch.cli import replay as cli_replay
 from fabricwatch.engine.db import DB_FILENAME, IncidentDB
-from fabricwatch.engine.replay import write_openmetrics
+from fabricwatch.engine.replay_openmetrics import write_openmetrics
 from fabricwatch.testing.sim_scenarios import Injection, Scenario, flatten, run_live
 
 REPO = Path(__file__).resolve().parents[2]
@@ -141,7 +142,7 @@ def test_replay_command_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str
 
 def test_replay_as_a_process(om_file: Path) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "fabricwatch.engine.cli_replay", str(om_file), "--json"],
+        [sys.executable, "-m", "fabricwatch", "replay", str(om_file), "--json"],
         capture_output=True,
         text=True,
         timeout=60,
@@ -156,7 +157,7 @@ def test_replay_as_a_process(om_file: Path) -> None:
     ]
     assert "\x1b[" not in proc.stderr  # no progress bar when stderr is not a terminal
     proc = subprocess.run(
-        [sys.executable, "-m", "fabricwatch.engine.cli_replay", "-"],
+        [sys.executable, "-m", "fabricwatch", "replay", "-"],
         input="{{{ garbage\n",
         capture_output=True,
         text=True,

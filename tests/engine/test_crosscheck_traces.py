@@ -13,7 +13,8 @@ import re
 import pytest
 
 from bench import crosscheck_traces as gen
-from fabricwatch.engine.replay import Mapper, parse_openmetrics
+from fabricwatch.engine.replay_mapping import Mapper
+from fabricwatch.engine.replay_openmetrics import parse_openmetrics
 
 _KEY = re.compile(r"(switch:[^:]+:[^:]+(:\d)?|nic:[^:]+:\d+(:\d)?|gpu:\d+(:link:\d+)?|storage:.+)")
 

@@ -8,7 +8,9 @@ from pathlib import Path
 
 from fabricwatch.engine import signals as sig
 from fabricwatch.engine.core import Engine
-from fabricwatch.engine.replay import Mapper, parse_openmetrics, run_replay, write_openmetrics
+from fabricwatch.engine.replay import run_replay
+from fabricwatch.engine.replay_mapping import Mapper
+from fabricwatch.engine.replay_openmetrics import parse_openmetrics, write_openmetrics
 from fabricwatch.engine.settings import EngineSettings
 from fabricwatch.readings import MetricSpec
 from fabricwatch.store import Series, SnapshotStore

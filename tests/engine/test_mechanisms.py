@@ -17,7 +17,9 @@ from collections.abc import Callable, Iterable
 
 from fabricwatch.engine import signals as sig
 from fabricwatch.engine.incidents import Incident
-from fabricwatch.engine.replay import Mapper, Sample, parse_openmetrics, run_replay
+from fabricwatch.engine.replay import run_replay
+from fabricwatch.engine.replay_mapping import Mapper, Sample
+from fabricwatch.engine.replay_openmetrics import parse_openmetrics
 
 T0 = 1_700_000_000.0
 Extra = Callable[[float, list[Sample]], None]

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from fabricwatch.engine import cli_replay
-from fabricwatch.engine.replay import write_openmetrics
+from fabricwatch.cli import replay as cli_replay
+from fabricwatch.engine.replay_openmetrics import write_openmetrics
 from fabricwatch.testing.sim_scenarios import Injection, Scenario, flatten, run_live
 from tests.conftest import free_port
 

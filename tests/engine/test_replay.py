@@ -14,16 +14,10 @@ import pytest
 
 from fabricwatch.engine import signals as sig
 from fabricwatch.engine.incidents import IncidentTransition, to_json
-from fabricwatch.engine.replay import (
-    Mapper,
-    ReplayError,
-    fetch_prometheus,
-    map_series,
-    parse_openmetrics,
-    run_replay,
-    selector,
-    write_openmetrics,
-)
+from fabricwatch.engine.replay import run_replay
+from fabricwatch.engine.replay_mapping import Mapper, ReplayError, map_series
+from fabricwatch.engine.replay_openmetrics import parse_openmetrics, write_openmetrics
+from fabricwatch.engine.replay_prometheus import fetch_prometheus, selector
 from fabricwatch.errors import ParseError
 from fabricwatch.testing.sim_scenarios import Injection, Scenario, flatten, run_live
 

@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
-from fabricwatch.engine import replay
-from fabricwatch.engine.replay import Mapper, parse_openmetrics, write_openmetrics
+from fabricwatch.engine import replay_openmetrics
+from fabricwatch.engine.replay_mapping import Mapper
+from fabricwatch.engine.replay_openmetrics import parse_openmetrics, write_openmetrics
 from fabricwatch.errors import ParseError
 from fabricwatch.testing.sim_scenarios import Injection, Scenario, flatten
 
@@ -52,8 +53,8 @@ class _CountingPattern:
 
 
 def test_repeated_series_skip_the_strict_parser(monkeypatch: pytest.MonkeyPatch) -> None:
-    counting = _CountingPattern(replay._LINE)
-    monkeypatch.setattr(replay, "_LINE", counting)
+    counting = _CountingPattern(replay_openmetrics._LINE)
+    monkeypatch.setattr(replay_openmetrics, "_LINE", counting)
     lines = [f'fabricwatch_gpu_power_watts{{gpu="0"}} {100 + i} {1000 + i}\n' for i in range(500)]
     lines += [f'fabricwatch_gpu_sm_active_ratio{{gpu="0"}} 0.5 {2000 + i}\n' for i in range(500)]
     m = Mapper()

@@ -8,16 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from fabricwatch.engine import cli_replay
-from fabricwatch.engine.replay import (
-    Mapper,
-    ReplayResult,
-    Sample,
-    parse_openmetrics,
-    run_replay,
-    write_openmetrics,
-)
+from fabricwatch.cli import main
+from fabricwatch.engine.replay import ReplayResult, run_replay
 from fabricwatch.engine.replay_jobs import Split, run_nodes, run_parallel, usable_cores
+from fabricwatch.engine.replay_mapping import Mapper, Sample
+from fabricwatch.engine.replay_openmetrics import parse_openmetrics, write_openmetrics
 from fabricwatch.testing.sim_scenarios import Injection, Scenario, flatten
 
 
@@ -89,10 +84,10 @@ def test_replay_command_with_jobs_prints_what_one_process_prints(
         write_openmetrics(flatten(sc), f.write)
     outputs = []
     for jobs in ("1", "2"):
-        assert cli_replay.main([str(path), "--json", "--node", "n1", "--jobs", jobs]) == 0
+        assert main(["replay", str(path), "--json", "--node", "n1", "--jobs", jobs]) == 0
         outputs.append(capsys.readouterr().out)
     assert json.loads(outputs[0]) and outputs[0] == outputs[1]
-    assert cli_replay.main([str(path), "--jobs", "0"]) == 2
+    assert main(["replay", str(path), "--jobs", "0"]) == 2
     assert "--jobs must be 1 or more" in capsys.readouterr().err
 
 

@@ -16,23 +16,21 @@ from pathlib import Path
 
 import pytest
 
+from fabricwatch.cli import replay as cli_replay
 from fabricwatch.collectors.storage._settings import StorageSettings
-from fabricwatch.engine import cli_replay
 from fabricwatch.engine import signals as sig
-from fabricwatch.engine.replay import (
+from fabricwatch.engine.replay import run_replay, sample_spacing
+from fabricwatch.engine.replay_mapping import (
     BLOCK_DEVICE_EXCLUDE,
     Mapper,
     ReplayError,
     Sample,
     dcgm_blank,
-    fetch_prometheus,
     map_series,
     parse_nic_map,
-    parse_openmetrics,
-    run_replay,
-    sample_spacing,
-    write_openmetrics,
 )
+from fabricwatch.engine.replay_openmetrics import parse_openmetrics, write_openmetrics
+from fabricwatch.engine.replay_prometheus import fetch_prometheus
 from fabricwatch.engine.settings import EngineSettings
 from fabricwatch.nicnames import classify, classify_exported
 from fabricwatch.readings import Reading

@@ -13,10 +13,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fabricwatch.engine.replay import (
+from fabricwatch.engine.replay_mapping import Mapper
+from fabricwatch.engine.replay_openmetrics import (
     MAX_LINE_CHARS,
     MAX_SPAN_DAYS,
-    Mapper,
     parse_openmetrics,
     read_files,
     read_lines,

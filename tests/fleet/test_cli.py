@@ -12,8 +12,8 @@ from pathlib import Path
 import aiomqtt
 import pytest
 
+from fabricwatch.cli import fleet as cli
 from fabricwatch.config import parse_config
-from fabricwatch.fleet import cli
 from tests.alerting.conftest import Mosquitto, python_env
 from tests.conftest import free_port
 from tests.fleet.conftest import http_get, wait_for
@@ -23,7 +23,7 @@ def run_cli(tmp_path: Path, text: str, *extra: str) -> tuple[int, str]:
     cfg = tmp_path / "f.toml"
     cfg.write_text(text)
     p = subprocess.run(
-        [sys.executable, "-m", "fabricwatch.fleet.cli", "--config", str(cfg), *extra],
+        [sys.executable, "-m", "fabricwatch", "fleet", "--config", str(cfg), *extra],
         capture_output=True,
         text=True,
         timeout=30,
@@ -88,7 +88,7 @@ async def test_runs_serves_and_stops_on_sigterm(tmp_path: Path, mosquitto: Mosqu
         f'[fleet]\nreplica_id = "solo"\nlisten = "127.0.0.1:{http}"\nhandover_delay = "0s"\n'
     )
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "fabricwatch.fleet.cli", "--config", str(cfg),
+        sys.executable, "-m", "fabricwatch", "fleet", "--config", str(cfg),
         stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL, env=python_env(),
     )  # fmt: skip
     try:

@@ -61,7 +61,11 @@ def test_by_job_over_the_fleet_database(tmp_path: Path, capsys: pytest.CaptureFi
     assert sorted(e["job"] for e in entries) == ["slurm:1", "slurm:2"]
     for e in entries:
         assert [(b["cause"], b["culprit_kind"]) for b in e["by_cause"]] == [("pfc_storm", "switch")]
-    # Nothing there yet is an empty ledger, not an error.
-    assert main(["incidents", "--state-dir", str(tmp_path / "x"), "--by", "job", "--fleet"]) == 0
-    assert capsys.readouterr().out == "no jobs with incidents\n"
+    # No database there is an error, as for plain `incidents`, not an empty ledger.
+    for extra in (["--fleet"], []):
+        missing = ["incidents", "--state-dir", str(tmp_path / "x"), "--by", "job", *extra]
+        assert main(missing) == 1
+        assert main(["incidents", "--state-dir", str(tmp_path / "x")]) == 1
+        out = capsys.readouterr()
+        assert out.out == "" and out.err.count("no database at") == 2
     assert main(["incidents", "--state-dir", str(tmp_path), "--by", "job", "--since", "soon"]) == 2

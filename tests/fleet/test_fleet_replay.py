@@ -15,7 +15,7 @@ import pytest
 
 from fabricwatch.cli import main
 from fabricwatch.engine import signals as sig
-from fabricwatch.engine.replay import write_openmetrics
+from fabricwatch.engine.replay_openmetrics import write_openmetrics
 from fabricwatch.errors import ParseError
 from fabricwatch.fleet.replay import NodeStreams, group_offline, node_name, samples_from_streams
 from fabricwatch.fleet.settings import FleetSettings
@@ -179,3 +179,21 @@ def test_garbage_and_truncated_input_names_the_node(
     empty.write_text("# EOF\n")
     assert main(["replay", "--fleet", str(empty)]) == 1
     assert "no usable samples" in capsys.readouterr().err
+
+
+def test_parallel_jobs_give_the_output_of_one_pass(
+    cluster: Cluster, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # 8 nodes: --jobs 3 runs nodes in parallel processes; --jobs 16 (more jobs than
+    # nodes) splits each node's replay by time with the engine's parallel runner.
+    paths = write_nodes(cluster, tmp_path / "om")
+    outs: dict[str, tuple[str, str]] = {}
+    for jobs in ("1", "3", "16"):
+        assert main(["replay", "--fleet", *paths, "--json", "--jobs", jobs]) == 0
+        as_json = capsys.readouterr().out
+        assert main(["replay", "--fleet", *paths, "--jobs", jobs]) == 0
+        outs[jobs] = (as_json, capsys.readouterr().out)
+    assert outs["3"] == outs["1"] and outs["16"] == outs["1"]
+    assert len(json.loads(outs["1"][0])) == 5  # the job incidents came out
+    assert "badput" in outs["1"][1]  # the text ledger, with the job reports' GPU wall time
+    assert main(["replay", "--fleet", *paths, "--jobs", "0"]) == 2

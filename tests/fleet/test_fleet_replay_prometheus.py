@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 
 from fabricwatch.cli import main
-from fabricwatch.engine.replay import write_openmetrics
+from fabricwatch.engine.replay_openmetrics import write_openmetrics
 from fabricwatch.fleet.replay import group_offline
 from fabricwatch.fleet.sim import Cluster, all_transitions, build_cluster, in_time_order
 from tests.engine.test_prometheus import serve

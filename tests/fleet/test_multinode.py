@@ -19,10 +19,12 @@ import aiomqtt
 import pytest
 
 from fabricwatch.fleet.db import FleetDB
+from fabricwatch.fleet.jobwork import reports_by_node
 from fabricwatch.fleet.replay import group_offline
 from fabricwatch.fleet.service import FleetAggregator
-from fabricwatch.fleet.sim import all_transitions, build_cluster, in_time_order
+from fabricwatch.fleet.sim import all_transitions, build_cluster, in_time_order, node_samples
 from fabricwatch.fleet.simlive import Page, SimClock, publish_in_time, score, summary
+from fabricwatch.fleet.stragglers import find_stragglers
 from tests.alerting.conftest import Mosquitto, Receiver, new_secret
 from tests.conftest import free_port
 from tests.fleet.conftest import (
@@ -117,9 +119,7 @@ async def test_sixteen_nodes_one_page_per_fault_and_the_right_origin(
     pages = []
     for r in receiver.ok():
         ev: dict[str, Any] = json.loads(r.body)
-        pages.append(
-            Page(clock.at_monotonic(r.at), ev["type"].removeprefix("incident."), ev["data"])
-        )
+        pages.append(Page(clock.at_monotonic(r.at), ev["type"].rpartition(".")[2], ev["data"]))
     db = FleetDB.in_dir(tmp_path / "r1")
     try:
         recorded = db.incidents(limit=10_000)
@@ -162,5 +162,79 @@ async def test_sixteen_nodes_one_page_per_fault_and_the_right_origin(
             assert ev["schema"] == "fabricwatch.job-event/v1" and ev["job"] == d["job"]
             assert ev["type"] == "job_incident.resolved" and ev["ledger"]["job"] == d["job"]
             assert ev["incident"]["origin"] == d["origin"]
+    # A webhook tells a job incident by its type.
+    for r in receiver.ok():
+        ev = json.loads(r.body)
+        is_job = ev["data"]["group"]["kind"] == "job"
+        assert ev["type"].startswith("job_incident." if is_job else "incident."), ev["type"]
     # Every page came after the first stall, within the node detection plus settle.
     assert all(x.latency is not None and x.latency > 0 for x in scores), detail
+
+
+async def test_live_stragglers_and_badput_from_the_nodes_job_reports(
+    tmp_path: Path, mosquitto: Mosquitto, receiver: Receiver
+) -> None:
+    """Nodes publish job reports (their jobs' GPUs and work per window): the live
+    fleet names the slow node with the cause ``straggler`` as fleet replay does,
+    pages it once as a job incident, and gives each job its badput."""
+    cluster = build_cluster(
+        nodes=6, jobs=2, leaves=3, seed=5, kinds=("straggler", "gpu"),
+        spacing=300, fault_s=200, warmup=120,
+    )  # fmt: skip
+    events = in_time_order(all_transitions(cluster))
+    samples = node_samples(cluster)
+    reports = [r for rs in reports_by_node(samples, 60.0).values() for r in rs]
+    [slow, gpu] = cluster.truth()
+    secret = tmp_path / "secret"
+    secret.write_text(new_secret())
+    clock = SimClock(min(r.start for r in reports) - 3.0 * SPEED, SPEED)
+    agg = FleetAggregator(
+        fleet_settings(replica_id="r1", settle=3.0, job_link_wait=2.0, handover_delay=1.0,
+                       resolve_hold=5.0, update_interval=10.0, tick=0.01),
+        mqtt_settings(mosquitto.port),
+        webhook_alerting(receiver.url, secret),
+        state_dir=tmp_path / "r1",
+        wall=clock.now,
+    )  # fmt: skip
+    http = free_port()
+    await agg.start(("127.0.0.1", http))
+    try:
+        assert await agg.wait_ready(10.0)
+        await publish_in_time(events, clock, port=mosquitto.port, cluster="prod", reports=reports)
+        await wait_for(
+            lambda: (
+                not any(g.state != "resolved" for g in agg.grouper.groups.values())
+                and any(d["state"] == "resolved" for d in agg.stragglers.known.values())
+            ),
+            30.0,
+            "every incident resolved",
+        )
+        await wait_for(lambda: not agg.outbox.rows(state="pending"), 10.0, "pages delivered")
+        _, body = await http_get(f"http://127.0.0.1:{http}/api/v1/jobs")
+        ledger = {e["job"]: e for e in json.loads(body)["jobs"]}
+        _, metrics = await http_get(f"http://127.0.0.1:{http}/metrics")
+        recorded = agg.db.incidents(limit=10_000)
+    finally:
+        await agg.close()
+    live = [d for d in recorded if d["cause"] == "straggler"]
+    offline = find_stragglers(samples, cluster="prod")
+    assert [d["origin"]["node"] for d in live] == [slow.fault.target]
+    keys = ("key", "job", "origin", "waiting", "onset_unix", "cause")
+    assert [{k: d[k] for k in keys} for d in live] == [{k: d[k] for k in keys} for d in offline]
+    assert live[0]["state"] == "resolved" and live[0]["revision"] >= 2
+    pages = [json.loads(r.body) for r in receiver.ok()]
+    opened = [p for p in pages if p["type"] == "job_incident.opened"]
+    assert [p["data"]["cause"] for p in opened].count("straggler") == 1
+    assert any(p["data"]["origin"]["node"] == gpu.fault.target for p in opened)
+    # Badput: GPU-seconds lost over the job's GPU wall time from the reports.
+    for job in slow.jobs:
+        wall = sum(r.gpu_seconds().get(job, 0.0) for r in reports)
+        e = ledger[job]
+        assert e["job_gpu_seconds"] == pytest.approx(wall, rel=1e-3)
+        assert e["badput"] == pytest.approx(e["gpu_seconds_lost"] / wall, rel=1e-3)
+        assert 0 < e["badput"] < 1
+        causes = {b["cause"]: b["badput"] for b in e["by_cause"]}
+        assert causes["straggler"] > 0 and sum(causes.values()) == pytest.approx(
+            e["badput"], abs=1e-4
+        )
+    assert 'fabricwatch_fleet_job_badput_ratio{cause="straggler"' in metrics

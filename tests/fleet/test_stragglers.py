@@ -10,18 +10,9 @@ from typing import Any
 import pytest
 
 from fabricwatch.cli import main
-from fabricwatch.engine.replay import Sample
-from fabricwatch.fleet.sim import Cluster, all_transitions, build_cluster, node_steps, plan
+from fabricwatch.fleet.sim import all_transitions, build_cluster, node_samples
 from fabricwatch.fleet.stragglers import find_stragglers
 from tests.fleet.test_fleet_replay import write_nodes
-
-
-def samples(cluster: Cluster) -> dict[str, list[Sample]]:
-    out: dict[str, list[Sample]] = {}
-    for p in plan(cluster):
-        rs = [r for _, batches in node_steps(cluster, p) for _, x in batches for r in x]
-        out[p.node.name] = [(float(r.ts or 0.0), r.name, r.labels, r.value) for r in rs]
-    return out
 
 
 @pytest.mark.parametrize(
@@ -36,7 +27,7 @@ def test_the_slow_node_is_the_origin_over_sizes_and_severities(
         spacing=300, fault_s=200, warmup=120,
     )  # fmt: skip
     [truth] = c.truth()
-    [doc] = find_stragglers(samples(c))
+    [doc] = find_stragglers(node_samples(c))
     assert doc["cause"] == "straggler" and doc["origin"]["node"] == truth.fault.target
     assert doc["job"] == truth.jobs[0] and doc["kind"] == "slowdown"
     assert truth.fault.target not in doc["waiting"] and len(doc["job_nodes"]) == nodes // jobs
@@ -53,7 +44,7 @@ def test_a_job_wide_hang_or_a_shared_pause_is_no_straggler() -> None:
         nodes=6, jobs=2, leaves=3, seed=4, kinds=("unknown", "gpu"),
         spacing=200, fault_s=60, warmup=120,
     )  # fmt: skip
-    assert find_stragglers(samples(c)) == []
+    assert find_stragglers(node_samples(c)) == []
 
 
 def test_fleet_replay_reports_the_straggler(

@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from fabricwatch.collectors.storage import probe_cli
+from fabricwatch.cli import probe_storage as probe_cli
 
-MODULE = "fabricwatch.collectors.storage.probe_cli"
+COMMAND = ["-m", "fabricwatch", "probe-storage"]
 
 
 def _args(*argv: str) -> argparse.Namespace:
@@ -63,8 +63,7 @@ def test_subprocess_streams_direct_and_small_model_fits(tmp_path: Path) -> None:
     proc = subprocess.run(
         [
             sys.executable,
-            "-m",
-            MODULE,
+            *COMMAND,
             str(tmp_path),
             "--size",
             "256MiB",
@@ -155,7 +154,7 @@ def test_write_error_is_reported_and_files_removed(tmp_path: Path) -> None:
         resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20))
 
     proc = subprocess.run(
-        [sys.executable, "-m", MODULE, str(tmp_path), "--size", "4MiB", "--block-size", "256KiB"],
+        [sys.executable, *COMMAND, str(tmp_path), "--size", "4MiB", "--block-size", "256KiB"],
         capture_output=True,
         text=True,
         timeout=120,
@@ -173,8 +172,7 @@ def test_interrupt_removes_files(tmp_path: Path, sig: signal.Signals) -> None:
     proc = subprocess.Popen(
         [
             sys.executable,
-            "-m",
-            MODULE,
+            *COMMAND,
             str(tmp_path),
             "--size",
             "8GiB",
@@ -230,8 +228,7 @@ def test_progress_bar_on_a_tty_only(tmp_path: Path) -> None:
         proc = subprocess.run(
             [
                 sys.executable,
-                "-m",
-                MODULE,
+                *COMMAND,
                 str(tmp_path),
                 "--size",
                 "64MiB",

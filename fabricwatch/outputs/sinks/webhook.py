@@ -10,6 +10,11 @@ attempt) and ``webhook-signature`` = ``v1,`` + base64(HMAC-SHA256(secret,
 
 A backlog of several transitions (flood control, ``max_batch`` > 1) goes as
 one ``incident.batch`` message whose ``data.events`` are the envelopes.
+
+A fleet job incident (``data.group.kind == "job"``) goes as
+``job_incident.<transition>``, its ``data`` carrying the origin node, the
+waiting nodes and the job's ledger entry (``data.ledger``: GPU-seconds lost by
+cause, badput), so a receiver can tell it from a node or switch incident.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import hmac
 import json
 import time
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from fabricwatch.outputs.outbox import Delivery, iso
 from fabricwatch.outputs.sinks._http import HttpSink
@@ -58,16 +64,29 @@ def signed_headers(key: bytes, msg_id: str, timestamp: int, body: bytes) -> dict
     }
 
 
+def event_of(d: Delivery) -> dict[str, Any]:
+    """The envelope as sent: a fleet job incident's type is ``job_incident.<transition>``."""
+    ev = d.event()
+    data = ev.get("data")
+    group = data.get("group") if isinstance(data, dict) else None
+    if isinstance(group, dict) and group.get("kind") == "job":
+        ev["type"] = f"job_incident.{d.transition}"
+    return ev
+
+
 def batch_body(batch: Sequence[Delivery], now: float) -> tuple[str, bytes]:
     """(message id, body) of a delivery batch; a single event is sent as it is."""
     if len(batch) == 1:
-        return batch[0].event_id, batch[0].body()
+        ev = event_of(batch[0])
+        if ev["type"] == batch[0].event()["type"]:
+            return batch[0].event_id, batch[0].body()
+        return batch[0].event_id, json.dumps(ev, separators=(",", ":")).encode()
     ids = "|".join(d.event_id for d in batch)
     msg_id = "msg_" + hashlib.sha256(ids.encode()).hexdigest()[:32]
     body = {
         "type": "incident.batch",
         "timestamp": iso(now),
-        "data": {"events": [d.event() for d in batch]},
+        "data": {"events": [event_of(d) for d in batch]},
     }
     return msg_id, json.dumps(body, separators=(",", ":")).encode()
 

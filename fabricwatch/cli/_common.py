@@ -1,4 +1,4 @@
-"""Helpers shared by the ``incidents`` and ``replay`` commands."""
+"""Helpers shared by the ``incidents`` and ``replay`` commands: times, tables, errors."""
 
 from __future__ import annotations
 
@@ -10,12 +10,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, TextIO
 
-from fabricwatch.errors import ExitCode
 from fabricwatch.settings import parse_duration
-
-EXIT_OK = ExitCode.OK
-EXIT_FAILURE = ExitCode.FAILURE
-EXIT_USAGE = ExitCode.USAGE
 
 
 def parse_time(text: str, *, now: float | None = None) -> float:

@@ -14,19 +14,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from fabricwatch.engine._cli_common import (
-    EXIT_FAILURE,
-    EXIT_OK,
-    EXIT_USAGE,
-    err,
-    parse_time,
-    print_json,
-)
-from fabricwatch.engine.db import DB_FILENAME, IncidentDB
-from fabricwatch.errors import StoreError
-from fabricwatch.fleet.db import DB_FILENAME as FLEET_DB
-from fabricwatch.fleet.db import FleetDB
-from fabricwatch.fleet.ledger import ledger_lines, ledger_of
+from fabricwatch.cli._common import err, parse_time, print_json
+from fabricwatch.errors import ExitCode, StoreError
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
@@ -48,19 +37,24 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def _docs(args: argparse.Namespace, since: float | None) -> list[dict[str, Any]]:
+    from fabricwatch.engine.db import DB_FILENAME, IncidentDB
+    from fabricwatch.fleet.db import DB_FILENAME as FLEET_DB
+    from fabricwatch.fleet.db import FleetDB
+
     state = None if args.state == "all" else args.state
     if args.fleet:
         path = Path(args.state_dir) / "fleet" / FLEET_DB
-        if not path.exists():
-            return []
+        if not path.is_file():
+            # As plain ``incidents`` does: a wrong --state-dir must not look like "no jobs".
+            raise StoreError(f"no database at {path} (is --state-dir the aggregator's?)")
         fdb = FleetDB(path)
         try:
             return fdb.incidents(since=since, state=state, limit=args.limit or 1_000_000)
         finally:
             fdb.close()
     path = Path(args.state_dir) / DB_FILENAME
-    if not path.exists():
-        return []
+    if not path.is_file():
+        raise StoreError(f"no database at {path} (is --state-dir the daemon's?)")
     db = IncidentDB(path)
     try:
         return list(db.incidents(since=since, node=args.node, state=state, limit=args.limit))
@@ -70,22 +64,24 @@ def _docs(args: argparse.Namespace, since: float | None) -> list[dict[str, Any]]
 
 def run(args: argparse.Namespace) -> int:
     """Print the ledger; 0 on success, 2 on a bad argument, 1 on an unusable database."""
+    from fabricwatch.fleet.ledger import ledger_lines, ledger_of
+
     try:
         since = None if args.since == "all" else parse_time(args.since)
     except ValueError as exc:
         err(f"--since: {exc}")
-        return EXIT_USAGE
+        return ExitCode.USAGE
     if args.cost_per_gpu_hour < 0:
         err("--cost-per-gpu-hour must not be negative")
-        return EXIT_USAGE
+        return ExitCode.USAGE
     try:
         docs = _docs(args, since)
     except StoreError as exc:
         err(str(exc))
-        return EXIT_FAILURE
+        return ExitCode.FAILURE
     entries = ledger_of(docs, cost_per_gpu_hour=args.cost_per_gpu_hour).entries()
     if args.json:
         print_json(entries, sys.stdout)
     else:
         sys.stdout.write("\n".join(ledger_lines(entries)) + "\n")
-    return EXIT_OK
+    return ExitCode.OK

@@ -11,10 +11,12 @@ import json
 import sqlite3
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fabricwatch.errors import ExitCode
-from fabricwatch.outputs.outbox import Delivery, Outbox
+
+if TYPE_CHECKING:
+    from fabricwatch.outputs.outbox import Delivery
 
 DB_FILENAME = "incidents.sqlite3"  # the engine's IncidentDB file name
 DEFAULT_STATE_DIR = Path("/var/lib/fabricwatch")
@@ -74,6 +76,8 @@ def list_deliveries(
     db_path: Path, *, state: str = "all", sink: str | None = None, limit: int = 50
 ) -> list[Delivery]:
     """Outbox rows of a database file, read-only; [] when there is no outbox yet."""
+    from fabricwatch.outputs.outbox import Outbox
+
     conn = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True, isolation_level=None)
     try:
         has = conn.execute(

@@ -33,25 +33,10 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, TextIO
 
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    DownloadColumn,
-    Progress,
-    TextColumn,
-    TimeRemainingColumn,
-    TransferSpeedColumn,
-)
-
 from fabricwatch.errors import ExitCode
 from fabricwatch.settings import parse_duration, parse_size
 
-from ._mounts import find_mount, parse_mountinfo, resolve_path
-
 SCHEMA = "fabricwatch.probe-storage/v1"
-# The over-budget verdict is a failed check (1); a bad PATH or size is usage (2).
-EXIT_OK, EXIT_OVER_BUDGET = ExitCode.OK, ExitCode.FAILURE
-EXIT_ERROR, EXIT_INTERRUPTED = ExitCode.USAGE, ExitCode.INTERRUPTED
 _ALIGN = 4096
 _COUNT = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([kKmMbBgGtT]?)\s*$")
 _COUNT_SCALE = {"": 1.0, "k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12}
@@ -247,6 +232,8 @@ def _sigterm_as_interrupt() -> Iterator[None]:
 
 
 def _describe_mount(path: Path) -> dict[str, str]:
+    from fabricwatch.collectors.storage._mounts import find_mount, parse_mountinfo, resolve_path
+
     try:
         text = Path("/proc/self/mountinfo").read_text(encoding="utf-8", errors="replace")
     except OSError:
@@ -271,6 +258,16 @@ def _plan(args: argparse.Namespace) -> tuple[list[int], int]:
 
 
 def _measure(args: argparse.Namespace, workdir: Path, err: TextIO) -> tuple[list[_Stream], float]:
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        DownloadColumn,
+        Progress,
+        TextColumn,
+        TimeRemainingColumn,
+        TransferSpeedColumn,
+    )
+
     sizes, block = _plan(args)
     streams = [_Stream(workdir / f"stream-{i}", n) for i, n in enumerate(sizes)]
     buf = mmap.mmap(-1, block)
@@ -413,12 +410,12 @@ def run(args: argparse.Namespace) -> int:
     path: Path = args.path
     if not path.is_dir():
         print(f"probe-storage: {path} is not an existing directory", file=err)
-        return EXIT_ERROR
+        return ExitCode.USAGE
     try:
         st = os.statvfs(path)
     except OSError as exc:
         print(f"probe-storage: cannot stat {path}: {exc.strerror}", file=err)
-        return EXIT_ERROR
+        return ExitCode.USAGE
     free = st.f_bavail * st.f_frsize
     if args.size > free:
         print(
@@ -427,39 +424,28 @@ def run(args: argparse.Namespace) -> int:
             "pass a smaller --size",
             file=err,
         )
-        return EXIT_ERROR
+        return ExitCode.USAGE
     try:
         workdir = Path(tempfile.mkdtemp(prefix=".fabricwatch-probe-storage-", dir=path))
     except OSError as exc:
         print(f"probe-storage: cannot create files in {path}: {exc.strerror}", file=err)
-        return EXIT_ERROR
+        return ExitCode.USAGE
     try:
         with _sigterm_as_interrupt():
             streams, seconds = _measure(args, workdir, err)
     except (_Interrupted, KeyboardInterrupt):
         print("probe-storage: interrupted; files removed", file=err)
-        return EXIT_INTERRUPTED
+        return ExitCode.INTERRUPTED
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     failed = next((s.error for s in streams if s.error is not None), None)
     if failed is not None:
         print(f"probe-storage: write failed: {failed.strerror or failed}", file=err)
-        return EXIT_ERROR
+        return ExitCode.USAGE
     report = _report(args, streams, seconds, _describe_mount(path))
     if args.json:
         print(json.dumps(report, indent=2))
     else:
         print(_human(report))
     c = report["checkpoint"]
-    return EXIT_OVER_BUDGET if c is not None and not c["fits"] else EXIT_OK
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Stand-alone entry point (``python -m fabricwatch.collectors.storage.probe_cli``)."""
-    parser = argparse.ArgumentParser(prog="fabricwatch probe-storage")
-    configure_parser(parser)
-    return run(parser.parse_args(argv))
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    return ExitCode.FAILURE if c is not None and not c["fits"] else ExitCode.OK

@@ -11,23 +11,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import signal
-import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import structlog
-
-from fabricwatch.config import Config, load_config
 from fabricwatch.errors import ConfigError, ExitCode, FabricwatchError
-from fabricwatch.fleet.service import FleetAggregator, listen_address
-from fabricwatch.fleet.settings import FleetSettings
-from fabricwatch.logs import configure_logging
-from fabricwatch.webconfig import WebConfig, load_web_config
 
-log = structlog.get_logger("fabricwatch.fleet")
-
-EXIT_OK = ExitCode.OK
-EXIT_CONFIG = ExitCode.USAGE
-EXIT_STARTUP = ExitCode.CANNOT_START
+if TYPE_CHECKING:
+    from fabricwatch.config import Config
+    from fabricwatch.fleet.settings import FleetSettings
+    from fabricwatch.webconfig import WebConfig
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
@@ -68,9 +60,14 @@ async def serve(
     cfg: Config, fleet: FleetSettings, web_config: WebConfig, stop: asyncio.Event
 ) -> int:
     """Run one replica until ``stop`` is set; returns the exit code."""
+    import structlog
+
+    from fabricwatch.fleet.service import FleetAggregator, listen_address
+
+    log = structlog.get_logger("fabricwatch.fleet")
     if not cfg.mqtt.enabled:
         log.error("fleet_needs_mqtt", hint="set [mqtt] enabled = true and the broker host")
-        return EXIT_CONFIG
+        return ExitCode.USAGE
     state_dir = fleet.state_path(cfg.daemon.state_dir)
     try:
         agg = FleetAggregator(
@@ -80,25 +77,28 @@ async def serve(
         raise
     except FabricwatchError as exc:
         log.error("fleet_unusable", error=str(exc))
-        return EXIT_STARTUP
+        return ExitCode.CANNOT_START
     try:
         await agg.start(listen_address(fleet.listen))
     except OSError as exc:
         log.error("listen_failed", address=fleet.listen, error=exc.strerror)
         await agg.close()
-        return EXIT_STARTUP
+        return ExitCode.CANNOT_START
     port = agg.web.port if agg.web is not None else 0
     log.info("fleet_listening", replica=agg.replica, port=port, state_dir=str(state_dir))
     try:
         await stop.wait()
     finally:
         await agg.close()
-    return EXIT_OK
+    return ExitCode.OK
 
 
 def run(args: argparse.Namespace) -> int:
     """Entry point of ``fabricwatch fleet``."""
     from fabricwatch.collectors import builtin_registry
+    from fabricwatch.config import load_config
+    from fabricwatch.logs import configure_logging
+    from fabricwatch.webconfig import WebConfig, load_web_config
 
     cfg = load_config(getattr(args, "config", None), builtin_registry())
     fleet = _fleet_settings(cfg, args)
@@ -116,27 +116,3 @@ def run(args: argparse.Namespace) -> int:
         return await serve(cfg, fleet, web_config, stop)
 
     return asyncio.run(main())
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m fabricwatch.fleet.cli``: the same as ``fabricwatch fleet``."""
-    parser = argparse.ArgumentParser(
-        prog="fabricwatch fleet",
-        description="Group node incidents from MQTT into cluster incidents; page once per fault.",
-    )
-    configure_parser(parser)
-    args = parser.parse_args(argv)
-    try:
-        return run(args)
-    except ConfigError as exc:
-        print(f"fabricwatch fleet: configuration error: {exc}", file=sys.stderr)
-        return EXIT_CONFIG
-    except FabricwatchError as exc:
-        print(f"fabricwatch fleet: {exc}", file=sys.stderr)
-        return ExitCode.FAILURE
-    except KeyboardInterrupt:
-        return ExitCode.INTERRUPTED
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -18,33 +18,22 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from fabricwatch.config import read_section
-from fabricwatch.engine._cli_common import (
-    EXIT_FAILURE,
-    EXIT_OK,
-    EXIT_USAGE,
+from fabricwatch.cli._common import (
     err,
     parse_time,
     print_json,
     print_table,
 )
+from fabricwatch.config import read_section
 from fabricwatch.engine.db import IncidentDB
 from fabricwatch.engine.incidents import Incident, summarize, to_json
-from fabricwatch.engine.replay import (
-    MAPPING_TABLE,
-    Mapper,
-    ReplayError,
-    ReplayResult,
-    fetch_prometheus,
-    parse_nic_map,
-    read_files,
-    read_lines,
-    run_replay,
-    sample_spacing,
-)
+from fabricwatch.engine.replay import ReplayResult, run_replay, sample_spacing
 from fabricwatch.engine.replay_jobs import run_parallel
+from fabricwatch.engine.replay_mapping import MAPPING_TABLE, Mapper, ReplayError, parse_nic_map
+from fabricwatch.engine.replay_openmetrics import read_files, read_lines
+from fabricwatch.engine.replay_prometheus import fetch_prometheus
 from fabricwatch.engine.settings import EngineSettings
-from fabricwatch.errors import ConfigError, ParseError, StoreError
+from fabricwatch.errors import ConfigError, ExitCode, ParseError, StoreError
 from fabricwatch.settings import build, parse_duration
 
 
@@ -96,7 +85,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         "(repeatable; fabricwatch_nic_info series in the input do it automatically)",
     )
     # Imported here: the fleet replay module imports this one.
-    from fabricwatch.fleet import cli_replay as fleet_replay
+    from fabricwatch.cli import replay_fleet as fleet_replay
 
     fleet_replay.configure_parser(parser)
 
@@ -177,24 +166,24 @@ def run(args: argparse.Namespace) -> int:
     if args.list_mappings:
         for source, target, how in MAPPING_TABLE:
             sys.stdout.write(f"{source}\n    -> {target}: {how}\n")
-        return EXIT_OK
+        return ExitCode.OK
     if getattr(args, "fleet", False):
-        from fabricwatch.fleet import cli_replay as fleet_replay
+        from fabricwatch.cli import replay_fleet as fleet_replay
 
         return fleet_replay.run(args)
     if args.jobs is not None and args.jobs < 1:
         err(f"--jobs must be 1 or more, got {args.jobs}")
-        return EXIT_USAGE
+        return ExitCode.USAGE
     try:
         settings = _settings(getattr(args, "config", None))
         mapper = Mapper(parse_nic_map(args.nic_map))
         if args.prometheus:
             if args.files:
                 err("give OpenMetrics files or --prometheus, not both")
-                return EXIT_USAGE
+                return ExitCode.USAGE
             if not args.start:
                 err("--prometheus needs --from")
-                return EXIT_USAGE
+                return ExitCode.USAGE
             start, end = parse_time(args.start), parse_time(args.end)
             step, stop = _progress(max(end - start, 1.0), "querying Prometheus")
             try:
@@ -214,17 +203,17 @@ def run(args: argparse.Namespace) -> int:
             missing = [p for p in args.files if p != "-" and not Path(p).exists()]
             if missing:
                 err(f"cannot read {missing[0]}: no such file")
-                return EXIT_USAGE
+                return ExitCode.USAGE
             with ExitStack() as stack:
                 read_files(args.files, mapper, lambda path: _open_text(path, stack))
         else:
             err("nothing to replay: give OpenMetrics files or --prometheus URL")
-            return EXIT_USAGE
+            return ExitCode.USAGE
         samples = mapper.finish()
         if not samples:
             names = ", ".join(sorted(mapper.ignored)[:5])
             err(f"no usable samples ({mapper.samples} read; unmapped names: {names or 'none'})")
-            return EXIT_FAILURE
+            return ExitCode.FAILURE
         node = args.node or _node_from(args.match) or "replay"
         db = IncidentDB(args.db) if args.db else None
         step, stop = _progress(len(samples), "replaying")
@@ -239,10 +228,10 @@ def run(args: argparse.Namespace) -> int:
                 db.close()
     except (ConfigError, ValueError) as exc:
         err(str(exc))
-        return EXIT_USAGE
+        return ExitCode.USAGE
     except (ParseError, ReplayError, StoreError) as exc:
         err(str(exc))
-        return EXIT_FAILURE
+        return ExitCode.FAILURE
     docs = incident_docs(result)
     summary = replay_summary(mapper, result, samples, settings, len(docs))
     sys.stderr.write(format_summary(summary))
@@ -251,7 +240,7 @@ def run(args: argparse.Namespace) -> int:
         # follows on stderr as one JSON object on its own (last) line.
         sys.stderr.write(json.dumps(summary, sort_keys=True) + "\n")
     (print_json if args.json else print_table)(docs, sys.stdout)
-    return EXIT_OK
+    return ExitCode.OK
 
 
 def replay_summary(
@@ -310,14 +299,3 @@ def _node_from(matchers: list[str]) -> str | None:
         if sep and label.strip() == "node" and not value.startswith("~"):
             return value.strip().strip('"')
     return None
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Standalone entry point (``python -m fabricwatch.engine.cli_replay``)."""
-    parser = argparse.ArgumentParser(prog="fabricwatch replay", description=__doc__)
-    configure_parser(parser)
-    return run(parser.parse_args(argv))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,5 +1,10 @@
 """``fabricwatch incidents``: list incidents from the state directory's database.
 
+With ``--deliveries`` it lists the alert outbox instead
+(:mod:`fabricwatch.cli.deliveries`), with ``--by job`` the per-job ledger
+(:mod:`fabricwatch.cli.jobs`); all three find the database the same way
+(:func:`database_path`), and each imports what it reads only when it runs.
+
 The database is found the way the daemon finds its state directory:
 ``--state-dir``, else ``daemon.state_dir`` of ``--config`` (or of
 ``/etc/fabricwatch/fabricwatch.toml``), else, for the built-in default, the
@@ -13,21 +18,41 @@ import argparse
 import sys
 from pathlib import Path
 
-from fabricwatch.engine._cli_common import (
-    EXIT_FAILURE,
-    EXIT_OK,
-    EXIT_USAGE,
-    err,
-    parse_time,
-    print_json,
-    print_table,
-)
-from fabricwatch.engine.db import DB_FILENAME, IncidentDB
-from fabricwatch.errors import StoreError
+from fabricwatch.cli import deliveries as cli_deliveries
+from fabricwatch.cli import jobs as cli_jobs
+from fabricwatch.cli._common import err, parse_time, print_json, print_table
+from fabricwatch.errors import ExitCode, StoreError
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
-    """Add the command's options to ``parser``."""
+    """Incident options, the delivery options, and the ``--deliveries`` switch."""
+    _incident_options(parser)
+    parser.add_argument(
+        "--deliveries",
+        action="store_true",
+        help="list alert deliveries (pending, delivered, dead-lettered) instead of incidents",
+    )
+    cli_deliveries.configure_parser(parser)
+    cli_jobs.configure_parser(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Dispatch to the incident, the delivery or the job listing."""
+    if args.deliveries:
+        if args.limit is None:
+            args.limit = 50
+        try:
+            args.state_dir = database_path(args).parent
+        except StoreError as exc:
+            err(str(exc))
+            return ExitCode.FAILURE
+        return cli_deliveries.run(args)
+    if args.by == "job":
+        return cli_jobs.run(args)
+    return list_incidents(args)
+
+
+def _incident_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--state-dir",
         type=Path,
@@ -53,6 +78,8 @@ def database_path(args: argparse.Namespace) -> Path:
     Raises StoreError ("no database at ...", naming every place looked at) when
     none exists, ConfigError for a bad config file.
     """
+    from fabricwatch.engine.db import DB_FILENAME
+
     if args.state_dir is not None:
         candidates = [Path(args.state_dir)]
     else:
@@ -83,18 +110,20 @@ def database_path(args: argparse.Namespace) -> Path:
     raise StoreError(msg)
 
 
-def run(args: argparse.Namespace) -> int:
+def list_incidents(args: argparse.Namespace) -> int:
     """List incidents; 0 on success, 1 without a usable database, 2 on a bad argument."""
+    from fabricwatch.engine.db import IncidentDB
+
     try:
         since = None if args.since == "all" else parse_time(args.since)
     except ValueError as exc:
         err(f"--since: {exc}")
-        return EXIT_USAGE
+        return ExitCode.USAGE
     try:
         path = database_path(args)
     except StoreError as exc:
         err(str(exc))
-        return EXIT_FAILURE
+        return ExitCode.FAILURE
     db = IncidentDB(path)
     try:
         db.connect_read_only()
@@ -108,23 +137,11 @@ def run(args: argparse.Namespace) -> int:
         )
     except StoreError as exc:
         err(str(exc))
-        return EXIT_FAILURE
+        return ExitCode.FAILURE
     finally:
         db.close()
     if args.json:
         print_json(docs, sys.stdout)
     else:
         print_table(docs, sys.stdout)
-    return EXIT_OK
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Standalone entry point (``python -m fabricwatch.engine.cli_incidents``)."""
-    parser = argparse.ArgumentParser(prog="fabricwatch incidents", description=__doc__)
-    configure_parser(parser)
-    parser.add_argument("--config", type=Path, default=None, help="config file")
-    return run(parser.parse_args(argv))
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    return ExitCode.OK

@@ -16,18 +16,16 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from fabricwatch.config import read_section
-from fabricwatch.engine._cli_common import (
-    EXIT_FAILURE,
-    EXIT_OK,
-    EXIT_USAGE,
+from fabricwatch.cli._common import (
     err,
     parse_time,
     print_json,
 )
-from fabricwatch.engine.cli_replay import _open_text, _settings
-from fabricwatch.engine.replay import ReplayError
-from fabricwatch.errors import ConfigError, ParseError, StoreError
+from fabricwatch.cli.replay import _open_text, _settings
+from fabricwatch.config import read_section
+from fabricwatch.engine.replay_mapping import ReplayError
+from fabricwatch.errors import ConfigError, ExitCode, ParseError, StoreError
+from fabricwatch.fleet.jobwork import reports_by_node
 from fabricwatch.fleet.ledger import ledger_lines, ledger_of
 from fabricwatch.fleet.replay import (
     DEFAULT_NODE_LABEL,
@@ -39,6 +37,7 @@ from fabricwatch.fleet.replay import (
     samples_from_streams,
 )
 from fabricwatch.fleet.settings import FleetSettings
+from fabricwatch.outputs.mqtt import topic_segment
 from fabricwatch.settings import build, parse_duration
 
 
@@ -71,16 +70,19 @@ def _fleet_settings(path: Path | None) -> FleetSettings:
 
 def run(args: argparse.Namespace) -> int:
     """Fleet replay; 0 on success, 2 on bad usage or config, 1 on unusable input."""
+    if args.jobs is not None and args.jobs < 1:
+        err(f"--jobs must be 1 or more, got {args.jobs}")
+        return ExitCode.USAGE
     try:
         engine = _settings(args.config)
         fleet = _fleet_settings(args.config)
         if args.prometheus:
             if args.files:
                 err("give OpenMetrics files or --prometheus, not both")
-                return EXIT_USAGE
+                return ExitCode.USAGE
             if not args.start:
                 err("--prometheus needs --from")
-                return EXIT_USAGE
+                return ExitCode.USAGE
             start, end = parse_time(args.start), parse_time(args.end)
             by_node = prometheus_samples(
                 args.prometheus,
@@ -102,18 +104,20 @@ def run(args: argparse.Namespace) -> int:
             by_node = samples_from_streams(streams)
         else:
             err("nothing to replay: give OpenMetrics files or --prometheus URL")
-            return EXIT_USAGE
+            return ExitCode.USAGE
         by_node = {n: s for n, s in by_node.items() if s}
         if not by_node:
             err(f"no usable samples for any node (node label {args.node_label!r})")
-            return EXIT_FAILURE
-        result = replay_nodes(by_node, engine, fleet, cluster=args.cluster, job=args.job)
+            return ExitCode.FAILURE
+        result = replay_nodes(
+            by_node, engine, fleet, cluster=args.cluster, job=args.job, jobs=args.jobs
+        )
     except (ConfigError, ValueError) as exc:
         err(str(exc))
-        return EXIT_USAGE
+        return ExitCode.USAGE
     except (ParseError, ReplayError, StoreError) as exc:
         err(str(exc))
-        return EXIT_FAILURE
+        return ExitCode.FAILURE
     node_incidents = sum(len(r.incidents()) for r in result.nodes.values())
     jobs = result.fleet.jobs()
     sys.stderr.write(
@@ -125,6 +129,9 @@ def run(args: argparse.Namespace) -> int:
         print_json(out, sys.stdout)
     else:
         lines = list(job_lines(result.fleet)) or ["no cluster incidents"]
-        lines += ["", *ledger_lines(ledger_of(result.fleet.incidents).entries())]
+        seg = topic_segment(args.cluster)
+        reports = [(seg, r) for rs in reports_by_node(by_node, 60.0).values() for r in rs]
+        ledger = ledger_of(result.fleet.incidents, reports=reports)
+        lines += ["", *ledger_lines(ledger.entries())]
         sys.stdout.write("\n".join(lines) + "\n")
-    return EXIT_OK
+    return ExitCode.OK

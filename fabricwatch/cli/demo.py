@@ -15,21 +15,13 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
-
-from fabricwatch.demo.runner import (
-    EXIT_STARTUP,
-    STORAGE_NOTE,
-    DemoOptions,
-    alerting_wired,
-    run_demo,
-)
 from fabricwatch.demo.scenarios import ALL, SCENARIOS, Timing, select
-from fabricwatch.demo.view import LiveReporter, PlainReporter, Reporter, cause_table, summary_table
 from fabricwatch.errors import ExitCode
-from fabricwatch.logs import configure_logging
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 MIN_FAULT = 20.0
 """Shortest fault (simulated seconds): a slowdown needs 10 s below its baseline to open."""
@@ -92,6 +84,12 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the demo; return the exit code."""
+    from rich.console import Console
+
+    from fabricwatch.demo.runner import DemoOptions, alerting_wired, run_demo
+    from fabricwatch.demo.view import LiveReporter, PlainReporter, Reporter
+    from fabricwatch.logs import configure_logging
+
     scenarios = select(args.scenario)
     if args.duration < MIN_FAULT:
         print(f"fabricwatch demo: --duration must be at least {MIN_FAULT:g} s", file=sys.stderr)
@@ -124,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
     if result.summary is None:
         msg = result.message or "the demo did not run"
         print(f"fabricwatch demo: {msg}", file=sys.stderr)
-        return result.code if result.code else EXIT_STARTUP
+        return result.code if result.code else ExitCode.CANNOT_START
     if not shown:
         print_summary(console, result.summary)
     return result.code
@@ -132,6 +130,9 @@ def run(args: argparse.Namespace) -> int:
 
 def print_summary(console: Console, doc: dict[str, Any]) -> None:
     """The tables and the closing lines."""
+    from fabricwatch.demo.runner import STORAGE_NOTE
+    from fabricwatch.demo.view import cause_table, summary_table
+
     console.print()
     console.print(summary_table(doc))
     console.print(cause_table(doc))
@@ -155,16 +156,3 @@ def print_summary(console: Console, doc: dict[str, Any]) -> None:
         if doc["ok"]
         else "result: fabricwatch got something wrong (see the table)"
     )
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m fabricwatch.demo.cli``."""
-    parser = argparse.ArgumentParser(
-        prog="fabricwatch demo", description=__doc__.splitlines()[0] if __doc__ else None
-    )
-    configure_parser(parser)
-    return run(parser.parse_args(argv))
-
-
-if __name__ == "__main__":
-    sys.exit(main())
