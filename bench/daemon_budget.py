@@ -71,8 +71,8 @@ from fabricwatch.collectors import builtin_registry
 from fabricwatch.collectors.gpu._collector import GpuCollector
 from fabricwatch.collectors.gpu._settings import GpuSettings
 from fabricwatch.collectors.gpu._types import GpuEvent, GpuSample
-from fabricwatch.collectors.nic import NicCollector, NicSettings
-from fabricwatch.collectors.nic._fixture import NicFixture, mlx5_ethtool_names
+from fabricwatch.collectors.nic._collector import NicCollector
+from fabricwatch.collectors.nic._settings import NicSettings
 from fabricwatch.collectors.storage._collector import StorageCollector
 from fabricwatch.collectors.storage._settings import StorageSettings
 from fabricwatch.config import parse_config
@@ -82,6 +82,7 @@ from fabricwatch.outputs.exposition import generate_text
 from fabricwatch.readings import MetricSpec, Reading
 from fabricwatch.store import IngestResult, SnapshotStore
 from fabricwatch.testing.sim_gpu import Activity, SimulatedGPUs
+from fabricwatch.testing.sim_nic import NicFixture, mlx5_ethtool_names
 from fabricwatch.testing.sim_snmp import SimAgent, SimPort, SimSwitch
 
 T = TypeVar("T")

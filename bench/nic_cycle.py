@@ -32,11 +32,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 from fabricwatch.collector import CollectorEnv
-from fabricwatch.collectors.nic import NicCollector, NicSettings
+from fabricwatch.collectors.nic._collector import NicCollector
 from fabricwatch.collectors.nic._ethtool import IoctlEthtool
-from fabricwatch.collectors.nic._fixture import NicFixture, mlx5_ethtool_names
+from fabricwatch.collectors.nic._settings import NicSettings
 from fabricwatch.settings import build
 from fabricwatch.store import SnapshotStore
+from fabricwatch.testing.sim_nic import NicFixture, mlx5_ethtool_names
 
 PORTS = 8
 

@@ -81,13 +81,15 @@ def replay_rows(doc: dict[str, Any]) -> list[str]:
         if prom
         else ""
     )
+    by_node = doc.get("nodes_wall_speedup")
+    nodes = f"; by node (2 nodes): {by_node:.2f}x wall-clock" if by_node else ""
     return [
         "| `replay_throughput.py` | node-hours of 1 Hz telemetry per CPU-second, one process"
         f"{side} | >= 10 | {_ratio(doc['budget_ratio'], doc['budget_ratio'] >= 1)} "
         f"({rate:.2f} node-hours per CPU-second); `--jobs {doc['jobs']:.0f}`: "
         f"{doc['wall_speedup']:.2f}x wall-clock on this loaded machine, "
-        f"{doc['projected_speedup']:.2f}x projected with {doc['jobs']:.0f} free cores; "
-        "[why](docs/replay-mapping.md#throughput) |",
+        f"{doc['projected_speedup']:.2f}x projected with {doc['jobs']:.0f} free cores"
+        f"{nodes}; [why](docs/replay-mapping.md#throughput) |",
     ]
 
 

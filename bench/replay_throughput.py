@@ -39,7 +39,7 @@ import time
 from pathlib import Path
 
 from fabricwatch.engine.replay import replay_store, run_replay
-from fabricwatch.engine.replay_jobs import run_parallel
+from fabricwatch.engine.replay_jobs import run_nodes, run_parallel
 from fabricwatch.engine.replay_mapping import Mapper, Sample
 from fabricwatch.engine.replay_openmetrics import parse_openmetrics, write_openmetrics
 from fabricwatch.engine.signals import ENGINE_FAMILIES
@@ -146,6 +146,18 @@ def main() -> None:
     speedup = (serial + one_wall) / (serial + par_wall)
     # N free cores: the parent's own part plus the slowest span (spans are equal).
     projected = (serial + engine_s) / (serial + par_cpu / max(par.spans, 1))
+    # By node: the same hours as two nodes' input (what replay --fleet reads),
+    # one process per node against both nodes in one process.
+    two = {"node-a": samples, "node-b": samples}
+    w0 = time.monotonic()
+    seq_nodes = run_nodes(two, jobs=1)
+    nodes_one_wall = time.monotonic() - w0
+    w0 = time.monotonic()
+    par_nodes = run_nodes(two, jobs=args.jobs)
+    nodes_par_wall = time.monotonic() - w0
+    for node in two:
+        assert par_nodes[node].transitions == seq_nodes[node].transitions, "by node disagrees"
+    nodes_speedup = nodes_one_wall / nodes_par_wall
     backfill = promtool_backfill(text)
 
     print(
@@ -185,6 +197,11 @@ def main() -> None:
         f"with {args.jobs} free cores: {projected:.2f}x ({rate(replay_s) * projected:.2f} "
         "node-hours per wall-second)"
     )
+    print(
+        f"--jobs {args.jobs} by node (2 nodes of {hours:.1f} h each): same transitions per node; "
+        f"wall {nodes_par_wall:.2f} s vs {nodes_one_wall:.2f} s in one process = "
+        f"{nodes_speedup:.2f}x speed-up on this machine"
+    )
     figures: dict[str, float | None] = {
         "hours": hours,
         "node_hours_per_cpu_s": rate(replay_s),
@@ -193,6 +210,7 @@ def main() -> None:
         "spans": float(par.spans),
         "wall_speedup": speedup,
         "projected_speedup": projected,
+        "nodes_wall_speedup": nodes_speedup,
         "promtool_node_hours_per_cpu_s": None,
     }
     if backfill is None:

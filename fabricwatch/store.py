@@ -1,10 +1,18 @@
 """The snapshot store: latest value and a bounded history per series.
 
-Collectors' readings land here (counters through the one
-:class:`~fabricwatch.counters.CounterTracker`); ``/metrics``, MQTT and the
-engine only read. Memory is bounded by configuration: each series keeps at
-most ``history`` points, and series not refreshed for ``stale_after`` seconds
-are dropped (a NIC unplugged, a GPU lost).
+The store is the registry of every series the daemon exports, not an input
+bus. Every producer - each collector, the engine, alerting and the daemon's
+own state - declares its families with :meth:`SnapshotStore.register` and
+writes through :meth:`SnapshotStore.ingest` under its own name, so one family
+has one owner and one place to be read. Nothing is pushed to subscribers:
+``/metrics`` and MQTT read the latest values, the engine reads the collectors'
+families (latest values and history) once per tick and writes its own
+results back as one more producer. Counters become rates here, with the same
+arithmetic as :class:`~fabricwatch.counters.CounterTracker`.
+
+Memory is bounded by configuration: each series keeps at most ``history``
+points, and series not refreshed for ``stale_after`` seconds are dropped (a NIC
+unplugged, a GPU lost).
 
 History is packed: one preallocated ``array('d')`` ring of (ts, value)
 pairs per series (16 bytes a point, no per-point Python object for the
@@ -289,6 +297,9 @@ class SnapshotStore:
                 result.reject("not_finite")
                 continue
             spec, family, is_counter, keep = route
+            if is_counter and value < 0:  # valid_sample(), before the series is made or refreshed
+                result.reject("negative")
+                continue
             ts = now if r_ts is None else r_ts
             s = family.get(labels)
             if s is None:
@@ -302,9 +313,6 @@ class SnapshotStore:
             if ts < oldest:  # noqa: PLR1730 - cheaper than min() on the hottest loop
                 oldest = ts
             if is_counter:
-                if value < 0:  # finite already: this is valid_sample()
-                    result.reject("negative")
-                    continue
                 cs = s.counter
                 if cs is None:
                     s.counter = cs = CounterState(value, ts, epoch)

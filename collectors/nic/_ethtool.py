@@ -249,6 +249,15 @@ def parse_ethtool_text(text: str, source: str = "") -> dict[str, int]:
     """
     out: dict[str, int] = {}
     for lineno, line in enumerate(text.splitlines(), 1):
+        # The common line ("     rx_bytes: 123") in one split; the checks
+        # below give the same result for it, and handle everything else.
+        name, sep, value = line.rpartition(":")
+        value = value.strip()
+        if sep and value.isdigit():
+            name = name.strip()
+            if name and not name.startswith("#"):
+                out[name] = int(value)
+                continue
         stripped = line.strip()
         if not stripped or stripped.startswith("#"):
             continue

@@ -32,8 +32,8 @@ from fabricwatch.collectors import builtin_registry
 from fabricwatch.collectors.gpu._collector import GpuCollector
 from fabricwatch.collectors.gpu._settings import GpuSettings
 from fabricwatch.collectors.gpu._types import GpuSample
-from fabricwatch.collectors.nic import NicCollector, NicSettings
-from fabricwatch.collectors.nic._fixture import NicFixture, mlx5_ethtool_names
+from fabricwatch.collectors.nic._collector import NicCollector
+from fabricwatch.collectors.nic._settings import NicSettings
 from fabricwatch.collectors.storage._collector import StorageCollector
 from fabricwatch.collectors.storage._settings import StorageSettings
 from fabricwatch.demo.scenarios import (
@@ -51,6 +51,7 @@ from fabricwatch.demo.scenarios import (
 )
 from fabricwatch.readings import MetricSpec, Reading
 from fabricwatch.testing.sim_gpu import Activity, SimulatedGPUs
+from fabricwatch.testing.sim_nic import NicFixture, mlx5_ethtool_names
 from fabricwatch.testing.sim_snmp import SimAgent, SimSwitch, demo_switch
 
 GPU_MODEL = "H100"

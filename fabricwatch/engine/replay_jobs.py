@@ -1,6 +1,9 @@
-"""``fabricwatch replay --jobs N``: one replay split over processes by time window.
+"""``fabricwatch replay --jobs N``: a replay split over processes, by node and by time window.
 
-A replay covers one node, so the work is split by time: span *k* owns ticks
+Input of several nodes is split by node (:func:`run_nodes`): each node's
+engine is independent of the others', so each node is one task and the
+result is exactly each node's single pass. One node's input is split by
+time (:func:`run_parallel`): span *k* owns ticks
 ``[a_k, a_k+1)``, starts with a fresh store and engine ``warmup`` seconds
 before ``a_k`` and runs ``verify`` seconds past its end. The spans run in
 forked worker processes (the samples are inherited, not pickled).
@@ -22,9 +25,10 @@ import itertools
 import math
 import multiprocessing
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
+from typing import TypeVar
 
 from fabricwatch.engine.replay import (
     ReplayResult,
@@ -37,6 +41,8 @@ from fabricwatch.engine.replay import (
 )
 from fabricwatch.engine.replay_mapping import Sample
 from fabricwatch.engine.settings import EngineSettings
+
+T = TypeVar("T")
 
 
 def usable_cores() -> int:
@@ -78,10 +84,10 @@ class _Job:
     verify: int
 
 
-def _work(job: _Job, span: _Span, conn: Connection) -> None:
-    try:
+def _span_call(job: _Job, span: _Span) -> Callable[[], SpanRun]:
+    def call() -> SpanRun:
         n = len(job.plan.ticks)
-        run = run_span(
+        return run_span(
             job.plan,
             job.settings,
             job.node,
@@ -91,7 +97,13 @@ def _work(job: _Job, span: _Span, conn: Connection) -> None:
             end=min(n, span.own_to + job.verify),
             head=job.verify,
         )
-        conn.send(("ok", run))
+
+    return call
+
+
+def _work(call: Callable[[], object], conn: Connection) -> None:
+    try:
+        conn.send(("ok", call()))
     except BaseException as exc:  # noqa: BLE001 - reported to the parent, which re-raises
         conn.send(("error", repr(exc)))
     finally:
@@ -100,27 +112,32 @@ def _work(job: _Job, span: _Span, conn: Connection) -> None:
 
 def _run_all(job: _Job, spans: Sequence[_Span], jobs: int) -> list[SpanRun]:
     """Run ``spans`` in at most ``jobs`` forked processes at a time, results in order."""
+    return _run_forked([_span_call(job, span) for span in spans], jobs)
+
+
+def _run_forked(calls: Sequence[Callable[[], T]], jobs: int) -> list[T]:
+    """Each of ``calls`` in a forked process, at most ``jobs`` at a time; results in order."""
     ctx = multiprocessing.get_context("fork")
     # The workers inherit millions of sample tuples: frozen, a collection in a
     # worker does not walk them (and copy every page they live on).
     gc.freeze()
     try:
-        return _spawn(ctx, job, spans, jobs)
+        return _spawn(ctx, calls, jobs)
     finally:
         gc.unfreeze()
 
 
 def _spawn(
-    ctx: multiprocessing.context.ForkContext, job: _Job, spans: Sequence[_Span], jobs: int
-) -> list[SpanRun]:
-    results: list[SpanRun | None] = [None] * len(spans)
-    pending = list(enumerate(spans))
+    ctx: multiprocessing.context.ForkContext, calls: Sequence[Callable[[], T]], jobs: int
+) -> list[T]:
+    results: list[T | None] = [None] * len(calls)
+    pending = list(enumerate(calls))
     running: list[tuple[int, multiprocessing.process.BaseProcess, Connection]] = []
     while pending or running:
         while pending and len(running) < jobs:
-            idx, span = pending.pop(0)
+            idx, call = pending.pop(0)
             receive, send = ctx.Pipe(duplex=False)
-            proc = ctx.Process(target=_work, args=(job, span, send), daemon=True)
+            proc = ctx.Process(target=_work, args=(call, send), daemon=True)
             proc.start()
             send.close()
             running.append((idx, proc, receive))
@@ -208,3 +225,41 @@ def run_parallel(
     sp = sample_spacing(samples)
     result.spacing = sp.median if sp is not None else math.nan
     return result
+
+
+def run_nodes(
+    samples_by_node: Mapping[str, Sequence[Sample]],
+    settings: EngineSettings | None = None,
+    *,
+    jobs: int | None = None,
+    split: Split | None = None,
+) -> dict[str, ReplayResult]:
+    """Each node's :func:`~fabricwatch.engine.replay.run_replay` over ``jobs`` processes.
+
+    Several nodes: one task per node (largest first, so the longest node does
+    not start last), each exactly that node's single pass. One node: split by
+    time window with :func:`run_parallel`. Results are keyed and ordered by node.
+    """
+    settings = settings or EngineSettings()
+    jobs = usable_cores() if jobs is None else max(1, jobs)
+    nodes = sorted(samples_by_node)
+    if len(nodes) == 1:
+        (node,) = nodes
+        return {
+            node: run_parallel(samples_by_node[node], settings, node=node, jobs=jobs, split=split)
+        }
+    if jobs == 1 or not nodes:
+        return {n: run_replay(samples_by_node[n], settings, node=n) for n in nodes}
+    order = sorted(nodes, key=lambda n: -len(samples_by_node[n]))
+    calls = [_node_call(samples_by_node[n], settings, n) for n in order]
+    results = dict(zip(order, _run_forked(calls, min(jobs, len(order))), strict=True))
+    return {n: results[n] for n in nodes}
+
+
+def _node_call(
+    samples: Sequence[Sample], settings: EngineSettings, node: str
+) -> Callable[[], ReplayResult]:
+    def call() -> ReplayResult:
+        return run_replay(samples, settings, node=node)
+
+    return call

@@ -6,6 +6,7 @@ import math
 
 import pytest
 
+from fabricwatch.outputs.exposition import ReloadStatus, build_registry, generate_text
 from fabricwatch.readings import MetricKind, MetricSpec, Reading
 from fabricwatch.store import SnapshotStore
 
@@ -172,3 +173,19 @@ def test_history_families_can_change_for_series_created_later() -> None:
     a, b = s.get(G.name, ("a",)), s.get(G.name, ("b",))
     assert a is not None and b is not None
     assert not a.history and [p.value for p in b.history] == [3.0]
+
+
+def test_a_negative_first_counter_sample_leaves_no_series_to_export() -> None:
+    """#21: a rejected first sample created the series, so /metrics served ``..._total -5.0``."""
+    s = _store()
+    res = s.ingest("c1", [Reading(C.name, ("p1",), -5.0)], 0.0)
+    assert res.accepted == 0 and res.reasons == {"negative": 1}
+    assert s.get(C.name, ("p1",)) is None and len(s) == 0
+    text = generate_text(build_registry(s, list, ReloadStatus(True, 0.0), process_metrics=False))
+    assert not [ln for ln in text.splitlines() if ln.startswith(b"fabricwatch_test_frames")]
+    # A later valid sample starts the series from scratch; a negative one for
+    # an existing series changes neither its value nor its freshness.
+    s.ingest("c1", [Reading(C.name, ("p1",), 7.0)], 1.0)
+    s.ingest("c1", [Reading(C.name, ("p1",), -1.0)], 2.0)
+    series = s.get(C.name, ("p1",))
+    assert series is not None and series.value == 7.0 and series.updated == 1.0

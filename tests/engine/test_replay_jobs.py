@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from fabricwatch.cli import main
-from fabricwatch.engine.replay import run_replay
-from fabricwatch.engine.replay_jobs import Split, run_parallel, usable_cores
+from fabricwatch.engine.replay import ReplayResult, run_replay
+from fabricwatch.engine.replay_jobs import Split, run_nodes, run_parallel, usable_cores
 from fabricwatch.engine.replay_mapping import Mapper, Sample
 from fabricwatch.engine.replay_openmetrics import parse_openmetrics, write_openmetrics
 from fabricwatch.testing.sim_scenarios import Injection, Scenario, flatten
@@ -89,3 +89,45 @@ def test_replay_command_with_jobs_prints_what_one_process_prints(
     assert json.loads(outputs[0]) and outputs[0] == outputs[1]
     assert main(["replay", str(path), "--jobs", "0"]) == 2
     assert "--jobs must be 1 or more" in capsys.readouterr().err
+
+
+def _same(a: ReplayResult, b: ReplayResult) -> None:
+    assert a.transitions == b.transitions
+    assert a.open_at_end == b.open_at_end
+    assert (a.ticks, a.readings, a.rejected, a.skipped, a.start, a.end) == (
+        b.ticks,
+        b.readings,
+        b.rejected,
+        b.skipped,
+        b.start,
+        b.end,
+    )
+
+
+@pytest.mark.parametrize("jobs", [2, 3])
+def test_replay_of_several_nodes_split_by_node_equals_each_nodes_single_pass(jobs: int) -> None:
+    # Different faults, lengths and seeds per node: a result handed to the
+    # wrong node, or a node's engine seeing another node's samples, differs.
+    by_node = {
+        "n1": _samples(_scenario(900, [200, 600], seed=7)),
+        "n2": _samples(_scenario(1200, [400], seed=8)),
+        "n3": _samples(_scenario(700, [150, 450], seed=9)),
+        "n4": [],
+    }
+    par = run_nodes(by_node, jobs=jobs)
+    assert list(par) == ["n1", "n2", "n3", "n4"]
+    for node, samples in by_node.items():
+        one = run_replay(samples, node=node)
+        _same(par[node], one)
+        assert all(tr.incident.node == node for tr in par[node].transitions)
+    assert sum(len(r.incidents()) for r in par.values()) >= 3
+
+
+def test_replay_of_one_node_is_split_by_time() -> None:
+    # One node goes to the time split (whose equality with one pass the
+    # tests above show), with the caller's split and jobs.
+    samples = _samples(_scenario(3400, [300, 1650, 2900], seed=10))
+    split = Split(warmup=600.0, verify=240.0)
+    par = run_nodes({"n1": samples}, jobs=2, split=split)
+    _same(par["n1"], run_parallel(samples, node="n1", jobs=2, split=split))
+    assert par["n1"].spans == 2, "one node's input should have been cut in time"

@@ -16,12 +16,13 @@ from typing import Any
 import pytest
 
 from fabricwatch.collector import CollectorEnv
-from fabricwatch.collectors.nic import NicCollector, NicSettings
+from fabricwatch.collectors.nic._collector import NicCollector
 from fabricwatch.collectors.nic._ethtool import EthtoolSource
-from fabricwatch.collectors.nic._fixture import NicFixture
+from fabricwatch.collectors.nic._settings import NicSettings
 from fabricwatch.readings import Reading
 from fabricwatch.settings import build
 from fabricwatch.store import SnapshotStore
+from fabricwatch.testing.sim_nic import NicFixture
 
 CLONE_NEWNET = 0x40000000
 REPO_DOCS = Path(__file__).resolve().parents[2] / "docs" / "signals.md"

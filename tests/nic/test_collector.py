@@ -9,12 +9,15 @@ from pathlib import Path
 import pytest
 
 from fabricwatch.collector import CollectorEnv, StartupPolicy
-from fabricwatch.collectors.nic import FACTORY, METRICS, NicCollector, NicSettings
-from fabricwatch.collectors.nic._fixture import NicFixture, mlx5_ethtool_names, pause_frames_for
+from fabricwatch.collectors.nic import FACTORY
+from fabricwatch.collectors.nic._collector import NicCollector
+from fabricwatch.collectors.nic._metrics import METRICS
+from fabricwatch.collectors.nic._settings import NicSettings
 from fabricwatch.collectors.nic._topology import PciFunction, locality, nvml_bus_id
 from fabricwatch.errors import CollectorError, ConfigError
 from fabricwatch.readings import MetricKind
 from fabricwatch.settings import build
+from fabricwatch.testing.sim_nic import NicFixture, mlx5_ethtool_names, pause_frames_for
 
 from .conftest import REPO_DOCS, Harness
 

@@ -26,8 +26,8 @@ from fabricwatch.collectors.nic._ethtool import (
     classify,
     parse_ethtool_text,
 )
-from fabricwatch.collectors.nic._fixture import NicFixture, pause_frames_for
 from fabricwatch.errors import ParseError
+from fabricwatch.testing.sim_nic import NicFixture, pause_frames_for
 
 from .conftest import Harness
 from .test_sysfs import expand_tsv

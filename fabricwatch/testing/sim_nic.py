@@ -16,7 +16,7 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ._signals import BIT_TIMES_PER_QUANTUM, PAUSE_QUANTA_PER_FRAME
+from fabricwatch.collectors.nic._ratios import BIT_TIMES_PER_QUANTUM, PAUSE_QUANTA_PER_FRAME
 
 PMA_COUNTERS = (
     "VL15_dropped",

@@ -1,0 +1,622 @@
+"""The NIC collection cycle: sysfs counters and ethtool statistics into readings."""
+
+from __future__ import annotations
+
+import asyncio
+import fnmatch
+import resource
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import structlog
+
+from fabricwatch.collector import CollectorEnv
+from fabricwatch.counters import CounterTracker
+from fabricwatch.errors import CollectorError
+from fabricwatch.readings import MetricSpec, Reading
+
+from . import _ethtool as et
+from ._ethtool import (
+    SATURATED_VALUES,
+    Classifier,
+    DirEthtoolSource,
+    EthtoolSource,
+    IoctlEthtool,
+)
+from ._metrics import (
+    CC_PRESENT,
+    CNP_HANDLED,
+    CNP_IGNORED,
+    CNP_SENT,
+    DROPS,
+    ECN_MARKED,
+    ETHTOOL_UP,
+    GPU_LOCALITY,
+    INFO,
+    LINK_DOWN_EVENTS,
+    LINK_DOWNED,
+    LINK_PAUSE_FRAMES,
+    LINK_PAUSE_RATIO,
+    LINK_RATE,
+    LINK_UP,
+    METRICS,
+    NAME,
+    PAUSE_DURATION,
+    PAUSE_FRAMES,
+    PAUSE_RATIO,
+    PHYS_STATE,
+    PORT_ERRORS,
+    PORT_STATE,
+    PRIORITY_DISCARDS,
+    PRIORITY_MARKED,
+    READ_ERRORS,
+    RX_BYTES,
+    RX_PACKETS,
+    SATURATED,
+    STORM_EVENTS,
+    TRANSPORT,
+    TX_BYTES,
+    TX_PACKETS,
+    XMIT_WAIT_RATIO,
+    XMIT_WAIT_TICKS,
+)
+from ._ratios import (
+    RateSignals,
+    pause_ratio_from_duration,
+    pause_ratio_from_frames,
+    xmit_wait_ratio,
+)
+from ._settings import NicSettings
+from ._sysfs import FdBudget, PortGoneError, PortReader, PortSample, discover_ports
+from ._topology import PortPlace, find_gpus, locality, netdev_speed_bps, nvml_bus_id, place_port
+
+log = structlog.get_logger("fabricwatch.collectors.nic")
+
+_SIMPLE_COUNTERS = (
+    ("port_xmit_packets", TX_PACKETS),
+    ("port_rcv_packets", RX_PACKETS),
+    ("link_downed", LINK_DOWNED),
+    ("port_xmit_wait", XMIT_WAIT_TICKS),
+)
+_PMA_ERRORS = (
+    "symbol_error",
+    "port_rcv_errors",
+    "link_error_recovery",
+    "local_link_integrity_errors",
+    "excessive_buffer_overrun_errors",
+    "port_rcv_remote_physical_errors",
+    "port_rcv_switch_relay_errors",
+    "port_rcv_constraint_errors",
+    "port_xmit_constraint_errors",
+    "VL15_dropped",
+)
+_CONGESTION = (
+    # mlx5
+    ("np_ecn_marked_roce_packets", ECN_MARKED),
+    ("np_cnp_sent", CNP_SENT),
+    ("rp_cnp_handled", CNP_HANDLED),
+    ("rp_cnp_ignored", CNP_IGNORED),
+    # irdma (Intel E810 RoCEv2)
+    ("RxECNMrkd", ECN_MARKED),
+    ("cnpSent", CNP_SENT),
+    ("cnpHandled", CNP_HANDLED),
+    ("cnpIgnored", CNP_IGNORED),
+    # bnxt_re
+    ("rx_ecn_marked_pkts", ECN_MARKED),
+)
+# Widths of the InfiniBand PMA PortCounters behind counters/* (drivers/infiniband/
+# core/sysfs.c): they saturate at their maximum instead of wrapping.
+_PMA_WIDTH = {
+    "symbol_error": 16,
+    "link_error_recovery": 8,
+    "link_downed": 8,
+    "port_rcv_errors": 16,
+    "port_rcv_remote_physical_errors": 16,
+    "port_rcv_switch_relay_errors": 16,
+    "port_xmit_discards": 16,
+    "port_xmit_constraint_errors": 8,
+    "port_rcv_constraint_errors": 8,
+    "local_link_integrity_errors": 4,
+    "excessive_buffer_overrun_errors": 4,
+    "VL15_dropped": 16,
+    "port_xmit_wait": 32,
+}
+_Q_COUNTERS = (
+    "out_of_buffer",
+    "out_of_sequence",
+    "packet_seq_err",
+    "implied_nak_seq_err",
+    "local_ack_timeout_err",
+    "rnr_nak_retry_err",
+    "duplicate_request",
+    "req_transport_retries_exceeded",
+    "req_rnr_retries_exceeded",
+    "roce_adp_retrans",
+    "roce_adp_retrans_to",
+    "roce_slow_restart",
+    "roce_slow_restart_cnps",
+    "roce_slow_restart_trans",
+    "rx_icrc_encapsulated",
+    "req_cqe_error",
+    "resp_cqe_error",
+    "req_remote_access_errors",
+    "resp_remote_access_errors",
+    "req_remote_invalid_request",
+    "resp_local_length_error",
+    # efa (AWS): no PFC or ECN; retransmissions and unresponsive peers
+    "retrans_pkts",
+    "retrans_timeout_events",
+    "unresponsive_remote_events",
+    "impaired_remote_conn_events",
+)
+_HW_DROPS = ("rx_drops",)  # efa
+_ACTIVE_STATES = (4, 5)
+
+
+_PMA_MAX = tuple((name, (1 << width) - 1) for name, width in _PMA_WIDTH.items())
+_new_reading = tuple.__new__
+"""``Reading(...)`` without NamedTuple's Python-level ``__new__`` (same object, all six fields)."""
+_CAN_SATURATE = next(iter(SATURATED_VALUES))
+
+
+@dataclass(frozen=True, slots=True)
+class _CounterPlan:
+    """Which readings one port's counter files give, for one set of file names.
+
+    The files a port has change only on a rescan or a failed read, so the
+    per-name decisions (family, labels, the one driver name per congestion
+    signal) are made once per set of names instead of once per cycle.
+    Entries are (file name, family, labels, multiplier), in emission order.
+    """
+
+    names: tuple[tuple[str, ...], tuple[str, ...]]
+    counters: tuple[tuple[str, str, tuple[str, ...], int], ...]
+    congestion: tuple[tuple[str, str, tuple[str, ...], int], ...]
+    hw: tuple[tuple[str, str, tuple[str, ...], int], ...]
+    cc_present: float
+
+
+@dataclass(frozen=True, slots=True)
+class _Stat:
+    """One driver statistic of one bond member that the collector uses (see :class:`_StatPlan`)."""
+
+    name: str
+    key: et.StatKey
+    kt: tuple[str, str, str]  # the key as a plain tuple: hashed in C
+    can_saturate: bool
+    ratio: int  # 0: none, 1: from a pause duration, 2: from pause frames
+    slot: tuple[str, str, bool]  # (priority, direction, link-level)
+    rate_key: str  # the RateSignals key: a str hashes once
+
+
+@dataclass(frozen=True, slots=True)
+class _StatPlan:
+    """The statistics :meth:`Classifier.select_named` picks from one member's names."""
+
+    names: tuple[str, ...]
+    stats: tuple[_Stat, ...]
+
+
+@dataclass(slots=True)
+class _Port:
+    reader: PortReader
+    place: PortPlace
+    labels: tuple[str, str]
+    epoch: int
+    member_bps: dict[str, float]
+    plan: _CounterPlan | None = None
+    stat_plans: dict[str, _StatPlan] = field(default_factory=dict)
+    emit: dict[tuple[str, str, str], tuple[str, tuple[str, ...], float] | None] = field(
+        default_factory=dict
+    )
+
+
+class NicCollector:
+    """Reads every RDMA port's sysfs counters and its netdevs' driver statistics.
+
+    Args:
+        settings: validated settings.
+        env: roots and clocks.
+        ethtool: statistics source override (tests pass a namespaced ioctl reader).
+    """
+
+    def __init__(
+        self, settings: NicSettings, env: CollectorEnv, ethtool: EthtoolSource | None = None
+    ) -> None:
+        self._settings = settings
+        self._env = env
+        self._ethtool_override = ethtool
+        self._ethtool: EthtoolSource | None = None
+        self._ports: dict[tuple[str, str], _Port] = {}
+        self._epochs: dict[tuple[str, str], int] = {}
+        self._gpus: list[tuple[str, PortPlace, str]] = []
+        self._budget = FdBudget(0)
+        self._signals = RateSignals(CounterTracker())
+        self._classifier = Classifier()
+        self._read_errors: dict[tuple[str, str], int] = {}
+        self._next_rescan = float("-inf")
+        self._lock = threading.Lock()
+        self._devices_seen: frozenset[str] = frozenset()
+        self._vanished: set[tuple[str, str]] = set()
+        self._saturated_said: set[tuple[str, str, str]] = set()
+
+    @property
+    def name(self) -> str:
+        """Registry name."""
+        return NAME
+
+    def metrics(self) -> Sequence[MetricSpec]:
+        """Every family this collector may produce."""
+        return METRICS
+
+    async def start(self) -> None:
+        """Pick the statistics source and size the descriptor budget. Never needs root."""
+        s = self._settings
+        if self._ethtool_override is not None:
+            self._ethtool = self._ethtool_override
+        elif s.ethtool_stats_dir is not None:
+            if not s.ethtool_stats_dir.is_dir():
+                msg = f"ethtool_stats_dir {s.ethtool_stats_dir} is not a directory"
+                raise CollectorError(msg)
+            self._ethtool = DirEthtoolSource(s.ethtool_stats_dir)
+        elif s.ethtool:
+            self._ethtool = IoctlEthtool()
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+        cap = (
+            s.max_open_files if soft == resource.RLIM_INFINITY else min(s.max_open_files, soft // 2)
+        )
+        self._budget = FdBudget(cap)
+
+    async def collect(self) -> Sequence[Reading]:
+        """One cycle; the blocking reads run in a worker thread."""
+        return await asyncio.to_thread(self.collect_sync)
+
+    async def close(self) -> None:
+        """Close every held file and the ethtool socket."""
+        await asyncio.to_thread(self._close_sync)
+
+    def _close_sync(self) -> None:
+        # A read stuck in the kernel still owns the descriptors: closing them
+        # under it could hand their numbers to someone else. Leak instead.
+        if not self._lock.acquire(timeout=2.0):
+            return
+        try:
+            for p in self._ports.values():
+                p.reader.close()
+            self._ports.clear()
+            if self._ethtool is not None:
+                self._ethtool.close()
+        finally:
+            self._lock.release()
+
+    # -- the cycle -------------------------------------------------------------
+
+    def collect_sync(self) -> list[Reading]:
+        """One collection cycle, synchronously (what :meth:`collect` runs in a thread)."""
+        if not self._lock.acquire(blocking=False):
+            msg = "previous NIC collection still running"
+            raise CollectorError(msg)
+        try:
+            return self._cycle()
+        finally:
+            self._lock.release()
+
+    def _wanted(self, device: str) -> bool:
+        s = self._settings
+        if s.devices and not any(fnmatch.fnmatchcase(device, p) for p in s.devices):
+            return False
+        return not any(fnmatch.fnmatchcase(device, p) for p in s.exclude)
+
+    def _devices_changed(self) -> bool:
+        base = self._env.sys_root / "class" / "infiniband"
+        try:
+            now = frozenset(p.name for p in base.iterdir())
+        except OSError:
+            now = frozenset()
+        changed = now != self._devices_seen
+        self._devices_seen = now
+        return changed
+
+    def _rescan(self, now: float) -> None:
+        root = self._env.sys_root
+        refs = {(r.device, r.port): r for r in discover_ports(root) if self._wanted(r.device)}
+        for key in list(self._ports):
+            if key not in refs:
+                self._drop(key)
+        for key, ref in refs.items():
+            place = place_port(root, ref.device, ref.port, ref.path)
+            speeds = {m: bps for m in place.members if (bps := netdev_speed_bps(root, m))}
+            port = self._ports.get(key)
+            if port is None:
+                epoch = self._epochs.get(key, -1) + 1
+                self._epochs[key] = epoch
+                port = _Port(PortReader(ref, self._budget), place, key, epoch, speeds)
+                self._ports[key] = port
+                self._vanished.discard(key)
+            else:
+                port.place = place
+                port.member_bps = speeds
+                # A bond member that left must not keep its plan (or grow them forever).
+                port.stat_plans = {m: sp for m, sp in port.stat_plans.items() if m in place.members}
+        self._gpus = []
+        if self._settings.gpu_locality:
+            gpus = find_gpus(root)
+            for port in self._ports.values():
+                if port.place.pci is None:
+                    continue
+                for gpu in gpus:
+                    self._gpus.append(
+                        (nvml_bus_id(gpu.address), port.place, locality(port.place.pci, gpu))
+                    )
+        self._next_rescan = now + self._settings.rescan_interval
+
+    def _drop(self, key: tuple[str, str]) -> None:
+        port = self._ports.pop(key, None)
+        if port is not None:
+            port.reader.close()
+            self._vanished.add(key)
+        self._next_rescan = float("-inf")
+
+    def _cycle(self) -> list[Reading]:
+        now = self._env.monotonic()
+        if self._devices_changed() or now >= self._next_rescan:
+            self._rescan(now)
+        out: list[Reading] = []
+        for key, port in list(self._ports.items()):
+            try:
+                sample = port.reader.read()
+            except PortGoneError:
+                self._drop(key)
+                continue
+            ts = self._env.monotonic()
+            self._port_readings(port, sample, ts, out)
+            if self._ethtool is not None and port.place.members:
+                self._ethtool_readings(port, sample, ts, out)
+        # A port that vanished (hot-unplug, driver reload) is a link that is down,
+        # not a series that quietly goes stale while still saying "up".
+        out.extend(Reading(LINK_UP.name, key, 0.0) for key in sorted(self._vanished))
+        for bus_id, place, where in self._gpus:
+            if (place.device, place.port) in self._ports:
+                out.append(
+                    Reading(GPU_LOCALITY.name, (place.device, place.port, bus_id, where), 1.0)
+                )
+        self._signals.sweep()
+        return out
+
+    def _port_readings(self, port: _Port, s: PortSample, ts: float, out: list[Reading]) -> None:
+        lab = port.labels
+        ep = port.epoch
+        place = port.place
+        new, reading = _new_reading, Reading
+        push = out.append
+        info = (*lab, place.netdev, place.pci_address, str(place.numa_node), s.link_layer)
+        push(new(reading, (INFO.name, info, 1.0, None, None, None)))
+        if s.state is not None:
+            state = s.state[0]
+            push(new(reading, (PORT_STATE.name, lab, float(state), None, None, None)))
+            up = 1.0 if state in _ACTIVE_STATES else 0.0
+            push(new(reading, (LINK_UP.name, lab, up, None, None, None)))
+        if s.phys_state is not None:
+            push(new(reading, (PHYS_STATE.name, lab, float(s.phys_state[0]), None, None, None)))
+        if s.rate_bps is not None:
+            push(new(reading, (LINK_RATE.name, lab, s.rate_bps / 8.0, None, None, None)))
+        c = s.counters
+        pinned = {n for n, top in _PMA_MAX if c.get(n) == top}
+        if pinned:
+            self._flag_saturated(lab, pinned, out)
+            c = {n: v for n, v in c.items() if n not in pinned}
+        hw = s.hw_counters
+        names = (tuple(c), tuple(hw))
+        plan = port.plan
+        if plan is None or plan.names != names:
+            plan = port.plan = _counter_plan(lab, names)
+        for name, family, labels, mult in plan.counters:
+            push(new(reading, (family, labels, float(c[name] * mult), None, ep, None)))
+        wait = c.get("port_xmit_wait")
+        if wait is not None and s.rate_bps:
+            rate = self._signals.rate((lab, "xmit_wait"), wait, ts, bits=32, epoch=ep)
+            if rate is not None:
+                ratio = xmit_wait_ratio(rate, s.rate_bps, self._settings.xmit_wait_tick_bytes)
+                push(new(reading, (XMIT_WAIT_RATIO.name, lab, ratio, None, None, None)))
+        for name, family, labels, mult in plan.congestion:
+            push(new(reading, (family, labels, float(hw[name] * mult), None, ep, None)))
+        push(new(reading, (CC_PRESENT.name, lab, plan.cc_present, None, None, None)))
+        for name, family, labels, mult in plan.hw:
+            push(new(reading, (family, labels, float(hw[name] * mult), None, ep, None)))
+        if s.errors:
+            total = self._read_errors.get(lab, 0) + len(s.errors)
+            self._read_errors[lab] = total
+        if lab in self._read_errors or s.errors:
+            errors = float(self._read_errors.get(lab, 0))
+            push(new(reading, (READ_ERRORS.name, lab, errors, None, None, None)))
+
+    def _flag_saturated(self, lab: tuple[str, str], names: set[str], out: list[Reading]) -> None:
+        """Export and log (once per counter) counters pinned at their maximum."""
+        for name in sorted(names):
+            out.append(Reading(SATURATED.name, (*lab, name), 1.0))
+            key = (*lab, name)
+            if key not in self._saturated_said:
+                self._saturated_said.add(key)
+                log.warning(
+                    "nic_counter_saturated",
+                    device=lab[0],
+                    port=lab[1],
+                    counter=name,
+                    effect="pinned at its maximum: its rate is unknown and it is not exported; "
+                    "clear the port counters (perfquery -x -R) to re-arm it",
+                )
+
+    def _stat_plan(
+        self, lab: tuple[str, str], member: str, stats: dict[str, int], names: tuple[str, ...]
+    ) -> _StatPlan:
+        chosen = []
+        for key, _, name in self._classifier.select_named(stats):
+            kind = key.kind
+            if kind in (et.PAUSE_DURATION_US, et.LINK_PAUSE_DURATION_US):
+                ratio = 1
+            elif kind in (et.PAUSE_FRAMES, et.LINK_PAUSE_FRAMES):
+                ratio = 2
+            else:
+                ratio = 0
+            kt = (kind, key.priority, key.qualifier)
+            chosen.append(
+                _Stat(
+                    name,
+                    key,
+                    kt,
+                    et.saturated(key, _CAN_SATURATE),
+                    ratio,
+                    (key.priority, key.qualifier, kind.startswith("link")),
+                    "\0".join((*lab, member, *kt)),
+                )
+            )
+        return _StatPlan(names, tuple(chosen))
+
+    @staticmethod
+    def _sum_readings(
+        port: _Port, sums: dict[tuple[str, str, str], int], out: list[Reading]
+    ) -> None:
+        """The bond-summed driver statistics as counter readings."""
+        emit, lab, ep = port.emit, port.labels, port.epoch
+        new, reading = _new_reading, Reading
+        for kt, value in sums.items():
+            try:
+                how = emit[kt]
+            except KeyError:
+                how = emit[kt] = _emission(lab, kt)
+            if how is None:
+                continue
+            family, labels, divisor = how
+            v = float(value)
+            if divisor:
+                v = v / divisor
+            out.append(new(reading, (family, labels, v, None, ep, None)))
+
+    def _ethtool_readings(self, port: _Port, s: PortSample, ts: float, out: list[Reading]) -> None:
+        assert self._ethtool is not None
+        lab = port.labels
+        ep = port.epoch
+        members = port.place.members
+        sums: dict[tuple[str, str, str], int] = {}
+        ratios: dict[tuple[str, str, bool], float] = {}  # (priority, direction, link-level) -> max
+        has_duration: set[tuple[str, str, bool]] = set()
+        ok = True
+        pinned: set[str] = set()
+        skip: set[tuple[str, str, str]] = set()
+        signal_rate = self._signals.rate
+        for member in members:
+            try:
+                stats = self._ethtool.stats(member)
+            except CollectorError:
+                ok = False
+                break
+            names = tuple(stats)
+            plan = port.stat_plans.get(member)
+            if plan is None or plan.names != names:
+                plan = port.stat_plans[member] = self._stat_plan(lab, member, stats, names)
+            link_bps = port.member_bps.get(member) or s.rate_bps or 0.0
+            if len(members) > 1 and member not in port.member_bps and s.rate_bps:
+                link_bps = s.rate_bps / len(members)
+            for st in plan.stats:
+                value = stats[st.name]
+                if st.can_saturate and value in SATURATED_VALUES:
+                    pinned.add(st.name)
+                    skip.add(st.kt)
+                    continue
+                kt = st.kt
+                sums[kt] = sums.get(kt, 0) + value
+                if not st.ratio:
+                    continue
+                rate = signal_rate(st.rate_key, value, ts, epoch=ep)
+                if rate is None:
+                    continue
+                slot = st.slot
+                if st.ratio == 1:
+                    ratio = pause_ratio_from_duration(rate)
+                    if slot not in has_duration:
+                        has_duration.add(slot)
+                        ratios.pop(slot, None)
+                elif slot in has_duration or not link_bps:
+                    continue
+                else:
+                    ratio = pause_ratio_from_frames(rate, link_bps)
+                ratios[slot] = max(ratios.get(slot, 0.0), ratio)
+        new, reading = _new_reading, Reading
+        push = out.append
+        push(new(reading, (ETHTOOL_UP.name, lab, 1.0 if ok else 0.0, None, None, None)))
+        if not ok:
+            return  # a partial sum across bond members would look like a counter reset
+        if pinned:
+            self._flag_saturated(lab, pinned, out)
+            for kt in skip:
+                sums.pop(kt, None)  # a bond sum missing one member would look like a reset
+        self._sum_readings(port, sums, out)
+        for (prio, direction, link_level), ratio in ratios.items():
+            if link_level:
+                push(
+                    new(
+                        reading, (LINK_PAUSE_RATIO.name, (*lab, direction), ratio, None, None, None)
+                    )
+                )
+            else:
+                push(
+                    new(
+                        reading,
+                        (PAUSE_RATIO.name, (*lab, prio, direction), ratio, None, None, None),
+                    )
+                )
+
+
+_Entry = tuple[str, str, tuple[str, ...], int]
+
+
+def _counter_plan(
+    lab: tuple[str, str], names: tuple[tuple[str, ...], tuple[str, ...]]
+) -> _CounterPlan:
+    """The readings a port with these counter and hw_counter files gives (emission order)."""
+    cset, hset = set(names[0]), set(names[1])
+    counters: list[_Entry] = []
+    if "port_xmit_data" in cset:
+        counters.append(("port_xmit_data", TX_BYTES.name, lab, 4))  # 4-byte words
+    if "port_rcv_data" in cset:
+        counters.append(("port_rcv_data", RX_BYTES.name, lab, 4))
+    counters += [(n, spec.name, lab, 1) for n, spec in _SIMPLE_COUNTERS if n in cset]
+    if "port_xmit_discards" in cset:
+        counters.append(("port_xmit_discards", DROPS.name, (*lab, "port_xmit_discards"), 1))
+    counters += [(n, PORT_ERRORS.name, (*lab, n), 1) for n in _PMA_ERRORS if n in cset]
+    congestion: list[_Entry] = []
+    done: set[str] = set()
+    for n, spec in _CONGESTION:
+        if spec.name not in done and n in hset:
+            done.add(spec.name)  # one driver's name per signal
+            congestion.append((n, spec.name, lab, 1))
+    hw = [(n, TRANSPORT.name, (*lab, n), 1) for n in _Q_COUNTERS if n in hset]
+    hw += [(n, DROPS.name, (*lab, n), 1) for n in _HW_DROPS if n in hset]
+    return _CounterPlan(
+        names, tuple(counters), tuple(congestion), tuple(hw), 1.0 if congestion else 0.0
+    )
+
+
+def _emission(
+    lab: tuple[str, str], kt: tuple[str, str, str]
+) -> tuple[str, tuple[str, ...], float] | None:
+    """(family, labels, divisor) of the reading one summed driver statistic gives, or None."""
+    kind, prio, qual = kt
+    if kind == et.PAUSE_FRAMES:
+        return PAUSE_FRAMES.name, (*lab, prio, qual), 0.0
+    if kind == et.PAUSE_DURATION_US:
+        return PAUSE_DURATION.name, (*lab, prio, qual), 1e6  # exported in seconds
+    if kind == et.LINK_PAUSE_FRAMES:
+        return LINK_PAUSE_FRAMES.name, (*lab, qual), 0.0
+    if kind == et.STORM:
+        return STORM_EVENTS.name, (*lab, qual), 0.0
+    if kind == et.DROPS:
+        return DROPS.name, (*lab, qual), 0.0
+    if kind == et.PRIORITY_DISCARDS:
+        return PRIORITY_DISCARDS.name, (*lab, prio, qual), 0.0
+    if kind == et.PRIORITY_MARKED:
+        return PRIORITY_MARKED.name, (*lab, prio), 0.0
+    if kind == et.LINK_DOWN:
+        return LINK_DOWN_EVENTS.name, lab, 0.0
+    return None

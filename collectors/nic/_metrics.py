@@ -1,0 +1,140 @@
+"""The NIC collector's metric families: names, kinds, help and labels."""
+
+from __future__ import annotations
+
+from fabricwatch.readings import MetricKind, MetricSpec
+
+NAME = "nic"
+
+_DP = ("device", "port")
+G, C = MetricKind.GAUGE, MetricKind.COUNTER
+
+
+def _spec(
+    name: str, kind: MetricKind, help: str, labels: tuple[str, ...] = _DP, bits: int = 64
+) -> MetricSpec:
+    return MetricSpec(f"fabricwatch_nic_{name}", kind, help, labels, bits)
+
+
+PAUSE_RATIO = _spec(
+    "pfc_pause_ratio",
+    G,
+    "Host NIC PFC pause-time fraction 0-1 per priority; rx = we were paused, tx = we paused "
+    "the peer (from pause duration, else estimated from frames at the link rate).",
+    (*_DP, "priority", "direction"),
+)
+PAUSE_FRAMES = _spec(
+    "pfc_pause_frames", C, "Host NIC PFC pause frames.", (*_DP, "priority", "direction")
+)
+PAUSE_DURATION = _spec(
+    "pfc_pause_duration_seconds",
+    C,
+    "Host NIC PFC pause duration in seconds (summed over bond members).",
+    (*_DP, "priority", "direction"),
+)
+ECN_MARKED = _spec(
+    "ecn_marked_packets", C, "RoCEv2 packets received with ECN CE (np_ecn_marked_roce_packets)."
+)
+CNP_SENT = _spec("cnp_sent_packets", C, "Congestion notification packets sent (np_cnp_sent).")
+CNP_HANDLED = _spec("cnp_handled_packets", C, "CNPs that cut our send rate (rp_cnp_handled).")
+CNP_IGNORED = _spec(
+    "cnp_ignored_packets", C, "CNPs ignored by the reaction point (rp_cnp_ignored)."
+)
+CC_PRESENT = _spec(
+    "congestion_counters_present",
+    G,
+    "1 when the port exposes np_*/rp_* congestion counters, 0 when firmware hides them.",
+)
+XMIT_WAIT_RATIO = _spec(
+    "xmit_wait_ratio", G, "Share of time the port waited to transmit, 0-1 (port_xmit_wait)."
+)
+XMIT_WAIT_TICKS = _spec("xmit_wait_ticks", C, "Raw port_xmit_wait ticks.", bits=32)
+LINK_UP = _spec("link_up", G, "1 when the RDMA port is ACTIVE, 0 otherwise.")
+LINK_DOWNED = _spec(
+    "link_downed", C, "Failed link recoveries that took the link down (link_downed)."
+)
+TX_BYTES = _spec("transmit_bytes", C, "RDMA port data transmitted in bytes (port_xmit_data x 4).")
+RX_BYTES = _spec("receive_bytes", C, "RDMA port data received in bytes (port_rcv_data x 4).")
+TX_PACKETS = _spec("transmit_packets", C, "RDMA port packets transmitted (port_xmit_packets).")
+RX_PACKETS = _spec("receive_packets", C, "RDMA port packets received (port_rcv_packets).")
+INFO = _spec(
+    "info",
+    G,
+    "RDMA port identity (=1): netdev, PCI address, NUMA node and link layer.",
+    (*_DP, "netdev", "pci_address", "numa_node", "link_layer"),
+)
+GPU_LOCALITY = _spec(
+    "gpu_locality_info",
+    G,
+    "(=1) a GPU near this port; pci_bus_id in NVML spelling, locality = pcie_switch, "
+    "host_bridge, numa_node or system.",
+    (*_DP, "pci_bus_id", "locality"),
+)
+LINK_RATE = _spec("link_rate_bytes_per_second", G, "RDMA port link rate in bytes per second.")
+PORT_STATE = _spec(
+    "port_state", G, "Logical port state id (1 DOWN, 2 INIT, 3 ARMED, 4 ACTIVE, 5 ACTIVE_DEFER)."
+)
+PHYS_STATE = _spec("port_physical_state", G, "Physical port state id (5 LinkUp).")
+LINK_PAUSE_FRAMES = _spec(
+    "link_pause_frames", C, "802.3x link-level pause frames.", (*_DP, "direction")
+)
+LINK_PAUSE_RATIO = _spec(
+    "link_pause_ratio", G, "802.3x link-level pause-time fraction 0-1.", (*_DP, "direction")
+)
+STORM_EVENTS = _spec(
+    "pause_storm_events", C, "Pause storm events (level = warning, error).", (*_DP, "level")
+)
+DROPS = _spec(
+    "drops",
+    C,
+    "Packets dropped by the NIC (reason = driver counter: rx_discards_phy, port_xmit_discards...).",
+    (*_DP, "reason"),
+)
+PRIORITY_DISCARDS = _spec(
+    "priority_discards",
+    C,
+    "Per-priority receive discards (reason = buffer, congestion, other).",
+    (*_DP, "priority", "reason"),
+)
+PRIORITY_MARKED = _spec(
+    "priority_ecn_marked_packets",
+    C,
+    "Per-priority packets ECN-marked by the device.",
+    (*_DP, "priority"),
+)
+LINK_DOWN_EVENTS = _spec(
+    "link_down_events", C, "Physical link down events of the netdev (link_down_events_phy)."
+)
+TRANSPORT = _spec(
+    "rdma_transport_events",
+    C,
+    "RDMA transport events from 32-bit hw Q-counters (type = out_of_buffer, out_of_sequence, "
+    "local_ack_timeout_err, ...).",
+    (*_DP, "type"),
+    bits=32,
+)
+PORT_ERRORS = _spec(
+    "port_errors",
+    C,
+    "InfiniBand PMA error counters (type = symbol_error, port_rcv_errors, ...).",
+    (*_DP, "type"),
+)
+ETHTOOL_UP = _spec(
+    "ethtool_up", G, "1 when every netdev of the port answered the ethtool statistics query."
+)
+READ_ERRORS = _spec("read_errors", C, "Counter values that could not be read or parsed.")
+SATURATED = _spec(
+    "counter_saturated",
+    G,
+    "1 while a counter is pinned at its maximum, so its rate is unknown (not zero) and it is "
+    "not exported: counter = sysfs or driver statistic name.",
+    (*_DP, "counter"),
+)
+
+METRICS: tuple[MetricSpec, ...] = (
+    PAUSE_RATIO, PAUSE_FRAMES, PAUSE_DURATION, ECN_MARKED, CNP_SENT, CNP_HANDLED, CNP_IGNORED,
+    CC_PRESENT, XMIT_WAIT_RATIO, XMIT_WAIT_TICKS, LINK_UP, LINK_DOWNED, TX_BYTES, RX_BYTES,
+    TX_PACKETS, RX_PACKETS, INFO, GPU_LOCALITY, LINK_RATE, PORT_STATE, PHYS_STATE,
+    LINK_PAUSE_FRAMES, LINK_PAUSE_RATIO, STORM_EVENTS, DROPS, PRIORITY_DISCARDS, PRIORITY_MARKED,
+    LINK_DOWN_EVENTS, TRANSPORT, PORT_ERRORS, ETHTOOL_UP, READ_ERRORS, SATURATED,
+)  # fmt: skip
