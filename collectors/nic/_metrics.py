@@ -1,7 +1,12 @@
-"""The NIC collector's metric families: names, kinds, help and labels."""
+"""The NIC collector's metric families: names, kinds, help and labels.
+
+Families the engine reads are the signals contract's (:mod:`fabricwatch.signals`);
+the rest are the collector's own.
+"""
 
 from __future__ import annotations
 
+from fabricwatch import signals as fam
 from fabricwatch.readings import MetricKind, MetricSpec
 
 NAME = "nic"
@@ -16,27 +21,17 @@ def _spec(
     return MetricSpec(f"fabricwatch_nic_{name}", kind, help, labels, bits)
 
 
-PAUSE_RATIO = _spec(
-    "pfc_pause_ratio",
-    G,
-    "Host NIC PFC pause-time fraction 0-1 per priority; rx = we were paused, tx = we paused "
-    "the peer (from pause duration, else estimated from frames at the link rate).",
-    (*_DP, "priority", "direction"),
-)
-PAUSE_FRAMES = _spec(
-    "pfc_pause_frames", C, "Host NIC PFC pause frames.", (*_DP, "priority", "direction")
-)
+PAUSE_RATIO = fam.NIC_PFC_RATIO
+PAUSE_FRAMES = fam.NIC_PFC_FRAMES
 PAUSE_DURATION = _spec(
     "pfc_pause_duration_seconds",
     C,
     "Host NIC PFC pause duration in seconds (summed over bond members).",
     (*_DP, "priority", "direction"),
 )
-ECN_MARKED = _spec(
-    "ecn_marked_packets", C, "RoCEv2 packets received with ECN CE (np_ecn_marked_roce_packets)."
-)
-CNP_SENT = _spec("cnp_sent_packets", C, "Congestion notification packets sent (np_cnp_sent).")
-CNP_HANDLED = _spec("cnp_handled_packets", C, "CNPs that cut our send rate (rp_cnp_handled).")
+ECN_MARKED = fam.NIC_ECN
+CNP_SENT = fam.NIC_CNP_SENT
+CNP_HANDLED = fam.NIC_CNP_HANDLED
 CNP_IGNORED = _spec(
     "cnp_ignored_packets", C, "CNPs ignored by the reaction point (rp_cnp_ignored)."
 )
@@ -45,16 +40,12 @@ CC_PRESENT = _spec(
     G,
     "1 when the port exposes np_*/rp_* congestion counters, 0 when firmware hides them.",
 )
-XMIT_WAIT_RATIO = _spec(
-    "xmit_wait_ratio", G, "Share of time the port waited to transmit, 0-1 (port_xmit_wait)."
-)
+XMIT_WAIT_RATIO = fam.NIC_XMIT_WAIT
 XMIT_WAIT_TICKS = _spec("xmit_wait_ticks", C, "Raw port_xmit_wait ticks.", bits=32)
-LINK_UP = _spec("link_up", G, "1 when the RDMA port is ACTIVE, 0 otherwise.")
-LINK_DOWNED = _spec(
-    "link_downed", C, "Failed link recoveries that took the link down (link_downed)."
-)
-TX_BYTES = _spec("transmit_bytes", C, "RDMA port data transmitted in bytes (port_xmit_data x 4).")
-RX_BYTES = _spec("receive_bytes", C, "RDMA port data received in bytes (port_rcv_data x 4).")
+LINK_UP = fam.NIC_LINK_UP
+LINK_DOWNED = fam.NIC_LINK_DOWNED
+TX_BYTES = fam.NIC_TX_BYTES
+RX_BYTES = fam.NIC_RX_BYTES
 TX_PACKETS = _spec("transmit_packets", C, "RDMA port packets transmitted (port_xmit_packets).")
 RX_PACKETS = _spec("receive_packets", C, "RDMA port packets received (port_rcv_packets).")
 INFO = _spec(
@@ -70,7 +61,7 @@ GPU_LOCALITY = _spec(
     "host_bridge, numa_node or system.",
     (*_DP, "pci_bus_id", "locality"),
 )
-LINK_RATE = _spec("link_rate_bytes_per_second", G, "RDMA port link rate in bytes per second.")
+LINK_RATE = fam.NIC_RATE
 PORT_STATE = _spec(
     "port_state", G, "Logical port state id (1 DOWN, 2 INIT, 3 ARMED, 4 ACTIVE, 5 ACTIVE_DEFER)."
 )
