@@ -1,6 +1,6 @@
 """Independent trace generator for cross-checking the correlation engine.
 
-Written from issue #16 and ``shared/reference/stalls-and-anchors.md`` only, on
+Written from issue #16 and the published stall literature only, on
 purpose without reading the engine or its own simulator, so that its
 assumptions are not the engine's. It writes what a new user would scrape from
 an 8-GPU node: dcgm-exporter and node_exporter (plus snmp_exporter for the

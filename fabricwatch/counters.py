@@ -1,6 +1,7 @@
 """The one place where device counters become rates.
 
-Real counters misbehave in well-known ways (``../shared/reference/stalls-and-anchors.md`` §6):
+Real counters misbehave in well-known ways (measured in the public Zhejiang Lab
+switch traces, ``github.com/zhejianglab/Zhejiang-Lab-Cluster-Traces``):
 they wrap at 2^32 or 2^64, reset when a device reboots or a driver reloads,
 arrive after collector gaps holding a long interval's worth of delta, and
 refresh more slowly than we poll (a zero delta followed by a double one).

@@ -10,7 +10,8 @@ Two parts:
   pool of daemon threads, with a timeout per call and at most one outstanding
   call per key (GPU), and watches critical events in one dedicated thread.
 
-Field IDs, generations and pitfalls: ``../shared/reference/gpu-nvml.md``.
+Field IDs and semantics: ``pynvml.py`` of nvidia-ml-py and ``nvml.h`` (NVIDIA
+go-nvml ``gen/nvml/nvml.h``); dcgm-exporter's field names for the replay side.
 """
 
 from __future__ import annotations

@@ -1,6 +1,8 @@
 """``[engine]``: thresholds of stall detection, evidence and incidents.
 
-Defaults come from ``../shared/reference/stalls-and-anchors.md`` §8: a 10 s
+Defaults follow the published detectors and operator practice (NVIDIA NVRx's
+180 s hang rule, SONiC's PFC watchdog, the Zhejiang Lab cluster traces'
+``github.com/zhejianglab/Zhejiang-Lab-Cluster-Traces`` stall runs): a 10 s
 job-level minimum for stalls without strong evidence (the literature says 5 s;
 evaluation dips next to straggler waits make 5 s too eager), 2 polls with
 strong evidence, PFC storm at a

@@ -1,6 +1,7 @@
 """Writes the snmpsim recordings in tests/data/switch/ (no public walk exists for these MIBs).
 
-The OIDs follow ../shared/reference/switch-snmp.md (§1-§3). Counters use
+The OIDs follow the vendor MIBs the profiles in collectors/switch/profiles/ name
+(CISCO-PFC-EXT, ARISTA-PFC, MELLANOX-QOS, IF-MIB, LLDP-MIB). Counters use
 snmpsim's ``numeric`` variation so they move while a test runs. Run
 ``.venv/bin/python tests/switch/recgen.py`` to regenerate; a test checks the
 committed files match.
