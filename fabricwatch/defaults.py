@@ -13,3 +13,5 @@ DEFAULT_PORT = 9477
 """Not yet claimed on the Prometheus default-port wiki; see README, "Port"."""
 CREDENTIALS_SOURCE = Path("/etc/fabricwatch/credentials")
 """The unit's ``LoadCredential=fabricwatch:`` directory (files become ``fabricwatch_NAME``)."""
+FLEET_NODE_LABEL = "instance"
+"""The label naming a sample's node in fleet replay (Prometheus's scrape target label)."""

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fabricwatch.cli._common import (
     err,
@@ -24,17 +24,14 @@ from fabricwatch.cli._common import (
     print_json,
     print_table,
 )
-from fabricwatch.config import read_section
-from fabricwatch.engine.db import IncidentDB
-from fabricwatch.engine.incidents import Incident, summarize, to_json
-from fabricwatch.engine.replay import ReplayResult, run_replay, sample_spacing
-from fabricwatch.engine.replay_jobs import run_parallel
-from fabricwatch.engine.replay_mapping import MAPPING_TABLE, Mapper, ReplayError, parse_nic_map
-from fabricwatch.engine.replay_openmetrics import read_files, read_lines
-from fabricwatch.engine.replay_prometheus import fetch_prometheus
-from fabricwatch.engine.settings import EngineSettings
 from fabricwatch.errors import ConfigError, ExitCode, ParseError, StoreError
 from fabricwatch.settings import build, parse_duration
+
+if TYPE_CHECKING:
+    from fabricwatch.engine.incidents import Incident
+    from fabricwatch.engine.replay import ReplayResult
+    from fabricwatch.engine.replay_mapping import Mapper
+    from fabricwatch.engine.settings import EngineSettings
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
@@ -90,7 +87,14 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     fleet_replay.configure_parser(parser)
 
 
+# The engine is imported inside the functions that use it, so that building
+# this command's parser (fabricwatch --help, replay --help) stays cheap.
+
+
 def _settings(path: Path | None) -> EngineSettings:
+    from fabricwatch.config import read_section
+    from fabricwatch.engine.settings import EngineSettings
+
     if path is None:
         return EngineSettings()
     table = read_section(path, "engine")
@@ -112,6 +116,9 @@ def _progress(total: float, what: str) -> tuple[Callable[[float], None], Callabl
 
 
 def _open_text(path: str, stack: ExitStack) -> Iterator[str]:
+    from fabricwatch.engine.replay_mapping import ReplayError
+    from fabricwatch.engine.replay_openmetrics import read_lines
+
     # surrogateescape + read_lines: bad UTF-8 and endless lines are reported by
     # the parser with the file and line, and no line is read past the cap.
     if path == "-":
@@ -130,6 +137,8 @@ def final_state(inc: Incident, end: float) -> Incident:
     The last transition is often the opening one (a 2 s stall, a few GPU-s);
     the engine kept counting after it, so report what it saw at the end.
     """
+    from fabricwatch.engine.incidents import summarize
+
     stopped = inc.ended_at if inc.ended_at is not None else end
     seconds = max(0.0, stopped - inc.onset)
     what = "stalled" if inc.kind == "stall" else "slowed down"
@@ -151,6 +160,8 @@ def final_state(inc: Incident, end: float) -> Incident:
 
 def incident_docs(result: ReplayResult) -> list[dict[str, Any]]:
     """One document per incident: its last transition, or its state at the end of data."""
+    from fabricwatch.engine.incidents import to_json
+
     still_open = {inc.key: inc for inc in result.open_at_end}
     docs: list[dict[str, Any]] = []
     for tr in result.incidents():
@@ -163,6 +174,13 @@ def incident_docs(result: ReplayResult) -> list[dict[str, Any]]:
 
 def run(args: argparse.Namespace) -> int:
     """Replay; 0 on success, 1 on unusable input or an unreachable source, 2 on usage."""
+    from fabricwatch.engine.db import IncidentDB
+    from fabricwatch.engine.replay import run_replay
+    from fabricwatch.engine.replay_jobs import run_parallel
+    from fabricwatch.engine.replay_mapping import MAPPING_TABLE, Mapper, ReplayError, parse_nic_map
+    from fabricwatch.engine.replay_openmetrics import read_files
+    from fabricwatch.engine.replay_prometheus import fetch_prometheus
+
     if args.list_mappings:
         for source, target, how in MAPPING_TABLE:
             sys.stdout.write(f"{source}\n    -> {target}: {how}\n")
@@ -251,6 +269,8 @@ def replay_summary(
     incidents: int,
 ) -> dict[str, Any]:
     """What was replayed and what was not used, by name, with sample counts."""
+    from fabricwatch.engine.replay import sample_spacing
+
     spacing = sample_spacing(samples)
     return {
         "schema": "fabricwatch.replay-summary/v1",

@@ -14,31 +14,19 @@ import argparse
 import sys
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fabricwatch.cli._common import (
     err,
     parse_time,
     print_json,
 )
-from fabricwatch.cli.replay import _open_text, _settings
-from fabricwatch.config import read_section
-from fabricwatch.engine.replay_mapping import ReplayError
+from fabricwatch.defaults import FLEET_NODE_LABEL
 from fabricwatch.errors import ConfigError, ExitCode, ParseError, StoreError
-from fabricwatch.fleet.jobwork import reports_by_node
-from fabricwatch.fleet.ledger import ledger_lines, ledger_of
-from fabricwatch.fleet.replay import (
-    DEFAULT_NODE_LABEL,
-    NodeStreams,
-    job_incident_json,
-    job_lines,
-    prometheus_samples,
-    replay_nodes,
-    samples_from_streams,
-)
-from fabricwatch.fleet.settings import FleetSettings
-from fabricwatch.outputs.mqtt import topic_segment
 from fabricwatch.settings import build, parse_duration
+
+if TYPE_CHECKING:
+    from fabricwatch.fleet.settings import FleetSettings
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
@@ -50,7 +38,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--node-label",
-        default=DEFAULT_NODE_LABEL,
+        default=FLEET_NODE_LABEL,
         help="with --fleet: the label naming a sample's node (default: %(default)s)",
     )
     parser.add_argument(
@@ -62,6 +50,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def _fleet_settings(path: Path | None) -> FleetSettings:
+    from fabricwatch.config import read_section
+    from fabricwatch.fleet.settings import FleetSettings
+
     if path is None:
         return build(FleetSettings, {}, prefix="fleet")
     table = read_section(path, "fleet")
@@ -70,6 +61,21 @@ def _fleet_settings(path: Path | None) -> FleetSettings:
 
 def run(args: argparse.Namespace) -> int:
     """Fleet replay; 0 on success, 2 on bad usage or config, 1 on unusable input."""
+    # Imported when the command runs, not when its parser is built (--help).
+    from fabricwatch.cli.replay import _open_text, _settings
+    from fabricwatch.engine.replay_mapping import ReplayError
+    from fabricwatch.fleet.jobwork import reports_by_node
+    from fabricwatch.fleet.ledger import ledger_lines, ledger_of
+    from fabricwatch.fleet.replay import (
+        NodeStreams,
+        job_incident_json,
+        job_lines,
+        prometheus_samples,
+        replay_nodes,
+        samples_from_streams,
+    )
+    from fabricwatch.outputs.mqtt import topic_segment
+
     if args.jobs is not None and args.jobs < 1:
         err(f"--jobs must be 1 or more, got {args.jobs}")
         return ExitCode.USAGE

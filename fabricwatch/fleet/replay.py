@@ -18,6 +18,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from fabricwatch.defaults import FLEET_NODE_LABEL
 from fabricwatch.engine import signals as sig
 from fabricwatch.engine.incidents import IncidentTransition, to_json
 from fabricwatch.engine.replay import ReplayResult
@@ -120,7 +121,7 @@ def job_lines(result: FleetResult) -> Sequence[str]:
 # ---------------------------------------------------------------------------
 # Several nodes' telemetry: split by node, replay each node's engine, group.
 
-DEFAULT_NODE_LABEL = "instance"
+DEFAULT_NODE_LABEL = FLEET_NODE_LABEL
 _PORT = re.compile(r"^\[?(.+?)\]?:[0-9]{1,5}$")
 _TS = re.compile(r"\s(\S+)\s*$")
 

@@ -87,9 +87,7 @@ def test_a_command_imports_no_other_commands_module(command: str) -> None:
     assert not others & modules, f"{command} --help imported {sorted(others & modules)}"
 
 
-# replay's parser module still imports the engine and the fleet replay at the top
-# (both being reshaped elsewhere this round); every other command defers them.
-@pytest.mark.parametrize("command", [c.name for c in COMMANDS if c.name != "replay"])
+@pytest.mark.parametrize("command", [c.name for c in COMMANDS])
 def test_help_of_a_command_imports_nothing_heavy(command: str) -> None:
     code, modules = loaded_by(command, "--help")
     assert code == 0
