@@ -64,11 +64,11 @@ from fabricwatch.fleet.grouper import GroupTransition
 from fabricwatch.fleet.replay import group_offline
 from fabricwatch.fleet.service import FleetAggregator
 from fabricwatch.fleet.settings import FleetSettings
-from fabricwatch.fleet.sim import all_transitions, build_cluster, in_time_order
-from fabricwatch.fleet.simlive import Page, SimClock, publish_in_time, score, summary
 from fabricwatch.outputs.outbox import build_event
 from fabricwatch.outputs.settings import AlertingSettings, MqttSettings
 from fabricwatch.settings import build
+from fabricwatch.testing.sim_fleet import all_transitions, build_cluster, in_time_order
+from fabricwatch.testing.sim_fleet_live import Page, SimClock, publish_in_time, score, summary
 
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 REPO = Path(__file__).resolve().parent.parent

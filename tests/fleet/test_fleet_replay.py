@@ -19,7 +19,9 @@ from fabricwatch.engine.replay_openmetrics import write_openmetrics
 from fabricwatch.errors import ParseError
 from fabricwatch.fleet.replay import NodeStreams, group_offline, node_name, samples_from_streams
 from fabricwatch.fleet.settings import FleetSettings
-from fabricwatch.fleet.sim import (
+from fabricwatch.readings import Reading
+from fabricwatch.settings import build
+from fabricwatch.testing.sim_fleet import (
     Cluster,
     all_transitions,
     build_cluster,
@@ -27,8 +29,6 @@ from fabricwatch.fleet.sim import (
     node_steps,
     plan,
 )
-from fabricwatch.readings import Reading
-from fabricwatch.settings import build
 from tests.engine.test_replay import exporter_names
 
 Rename = Callable[[str, tuple[str, ...]], tuple[str, dict[str, str], float] | None]

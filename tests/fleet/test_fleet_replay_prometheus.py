@@ -13,7 +13,7 @@ import pytest
 from fabricwatch.cli import main
 from fabricwatch.engine.replay_openmetrics import write_openmetrics
 from fabricwatch.fleet.replay import group_offline
-from fabricwatch.fleet.sim import Cluster, all_transitions, build_cluster, in_time_order
+from fabricwatch.testing.sim_fleet import Cluster, all_transitions, build_cluster, in_time_order
 from tests.engine.test_prometheus import serve
 from tests.fleet.test_fleet_replay import _fleet, readings, view
 

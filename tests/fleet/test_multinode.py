@@ -22,9 +22,14 @@ from fabricwatch.fleet.db import FleetDB
 from fabricwatch.fleet.jobwork import reports_by_node
 from fabricwatch.fleet.replay import group_offline
 from fabricwatch.fleet.service import FleetAggregator
-from fabricwatch.fleet.sim import all_transitions, build_cluster, in_time_order, node_samples
-from fabricwatch.fleet.simlive import Page, SimClock, publish_in_time, score, summary
 from fabricwatch.fleet.stragglers import find_stragglers
+from fabricwatch.testing.sim_fleet import (
+    all_transitions,
+    build_cluster,
+    in_time_order,
+    node_samples,
+)
+from fabricwatch.testing.sim_fleet_live import Page, SimClock, publish_in_time, score, summary
 from tests.alerting.conftest import Mosquitto, Receiver, new_secret
 from tests.conftest import free_port
 from tests.fleet.conftest import (

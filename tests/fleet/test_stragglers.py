@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from fabricwatch.cli import main
-from fabricwatch.fleet.sim import all_transitions, build_cluster, node_samples
 from fabricwatch.fleet.stragglers import find_stragglers
+from fabricwatch.testing.sim_fleet import all_transitions, build_cluster, node_samples
 from tests.fleet.test_fleet_replay import write_nodes
 
 

@@ -1,6 +1,6 @@
 """Drive the real fleet aggregator with a multi-node scenario over real MQTT, and score it.
 
-The node engines run first, offline (:func:`fabricwatch.fleet.sim.all_transitions`):
+The node engines run first, offline (:func:`fabricwatch.testing.sim_fleet.all_transitions`):
 cheap, and the same engine code as live. Their incident transitions are then
 published on each node's own topic in time order, paced by a :class:`SimClock`
 that runs scenario time ``speed`` times faster than real time; the aggregator
@@ -27,10 +27,10 @@ import aiomqtt
 from fabricwatch.engine.incidents import IncidentTransition, to_json
 from fabricwatch.fleet.jobwork import JobWork
 from fabricwatch.fleet.model import FleetTopics
-from fabricwatch.fleet.sim import FaultTruth, window
 from fabricwatch.outputs.mqtt import Topics
 from fabricwatch.outputs.outbox import build_event
 from fabricwatch.outputs.sinks import severity_of
+from fabricwatch.testing.sim_fleet import FaultTruth, window
 
 
 class SimClock:
