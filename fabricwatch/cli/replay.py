@@ -172,6 +172,20 @@ def incident_docs(result: ReplayResult) -> list[dict[str, Any]]:
     return docs
 
 
+def usage_error(args: argparse.Namespace) -> str | None:
+    """What is wrong with the command line's sources and --jobs, or None (node and fleet replay)."""
+    if args.jobs is not None and args.jobs < 1:
+        return f"--jobs must be 1 or more, got {args.jobs}"
+    if args.prometheus:
+        if args.files:
+            return "give OpenMetrics files or --prometheus, not both"
+        if not args.start:
+            return "--prometheus needs --from"
+    elif not args.files:
+        return "nothing to replay: give OpenMetrics files or --prometheus URL"
+    return None
+
+
 def run(args: argparse.Namespace) -> int:
     """Replay; 0 on success, 1 on unusable input or an unreachable source, 2 on usage."""
     from fabricwatch.engine.db import IncidentDB
@@ -189,19 +203,14 @@ def run(args: argparse.Namespace) -> int:
         from fabricwatch.cli import replay_fleet as fleet_replay
 
         return fleet_replay.run(args)
-    if args.jobs is not None and args.jobs < 1:
-        err(f"--jobs must be 1 or more, got {args.jobs}")
+    problem = usage_error(args)
+    if problem:
+        err(problem)
         return ExitCode.USAGE
     try:
         settings = _settings(getattr(args, "config", None))
         mapper = Mapper(parse_nic_map(args.nic_map))
         if args.prometheus:
-            if args.files:
-                err("give OpenMetrics files or --prometheus, not both")
-                return ExitCode.USAGE
-            if not args.start:
-                err("--prometheus needs --from")
-                return ExitCode.USAGE
             start, end = parse_time(args.start), parse_time(args.end)
             step, stop = _progress(max(end - start, 1.0), "querying Prometheus")
             try:
@@ -217,16 +226,13 @@ def run(args: argparse.Namespace) -> int:
                 )
             finally:
                 stop()
-        elif args.files:
+        else:
             missing = [p for p in args.files if p != "-" and not Path(p).exists()]
             if missing:
                 err(f"cannot read {missing[0]}: no such file")
                 return ExitCode.USAGE
             with ExitStack() as stack:
                 read_files(args.files, mapper, lambda path: _open_text(path, stack))
-        else:
-            err("nothing to replay: give OpenMetrics files or --prometheus URL")
-            return ExitCode.USAGE
         samples = mapper.finish()
         if not samples:
             names = ", ".join(sorted(mapper.ignored)[:5])

@@ -62,7 +62,7 @@ def _fleet_settings(path: Path | None) -> FleetSettings:
 def run(args: argparse.Namespace) -> int:
     """Fleet replay; 0 on success, 2 on bad usage or config, 1 on unusable input."""
     # Imported when the command runs, not when its parser is built (--help).
-    from fabricwatch.cli.replay import _open_text, _settings
+    from fabricwatch.cli.replay import _open_text, _settings, usage_error
     from fabricwatch.engine.replay_mapping import ReplayError
     from fabricwatch.fleet.jobwork import reports_by_node
     from fabricwatch.fleet.ledger import ledger_lines, ledger_of
@@ -76,19 +76,14 @@ def run(args: argparse.Namespace) -> int:
     )
     from fabricwatch.outputs.mqtt import topic_segment
 
-    if args.jobs is not None and args.jobs < 1:
-        err(f"--jobs must be 1 or more, got {args.jobs}")
+    problem = usage_error(args)
+    if problem:
+        err(problem)
         return ExitCode.USAGE
     try:
         engine = _settings(args.config)
         fleet = _fleet_settings(args.config)
         if args.prometheus:
-            if args.files:
-                err("give OpenMetrics files or --prometheus, not both")
-                return ExitCode.USAGE
-            if not args.start:
-                err("--prometheus needs --from")
-                return ExitCode.USAGE
             start, end = parse_time(args.start), parse_time(args.end)
             by_node = prometheus_samples(
                 args.prometheus,
@@ -99,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
                 chunk=parse_duration(args.chunk),
                 timeout=parse_duration(args.timeout),
             )
-        elif args.files:
+        else:
             streams = NodeStreams({})
             with ExitStack() as stack:
                 for path in args.files:
@@ -108,9 +103,6 @@ def run(args: argparse.Namespace) -> int:
                         _open_text(path, stack), node_label=args.node_label, default=default
                     )
             by_node = samples_from_streams(streams)
-        else:
-            err("nothing to replay: give OpenMetrics files or --prometheus URL")
-            return ExitCode.USAGE
         by_node = {n: s for n, s in by_node.items() if s}
         if not by_node:
             err(f"no usable samples for any node (node label {args.node_label!r})")
