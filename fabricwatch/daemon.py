@@ -342,7 +342,9 @@ class Daemon:
         assert self.db is not None and self.env is not None
         self.db.add_transition_hook(alerting.router)
         self.store.register("alerting", alerting.metrics())
-        if alerting.jobwork is not None and self.jobwork is None:
+        if alerting.jobwork is None:
+            self.jobwork = None  # turned off by a reload: keep no readings
+        elif self.jobwork is None:
             self.jobwork = JobWorkBuffer(self.env.node)
 
     async def _state_retry_loop(self) -> None:
