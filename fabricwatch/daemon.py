@@ -45,6 +45,7 @@ from fabricwatch.errors import (
 from fabricwatch.logs import configure_logging
 from fabricwatch.outputs.alerting import AlertingService, secrets_fingerprint
 from fabricwatch.outputs.exposition import ReloadStatus, build_registry
+from fabricwatch.outputs.jobreports import JobWorkBuffer
 from fabricwatch.outputs.web import Route, WebServer
 from fabricwatch.sdnotify import Notifier
 from fabricwatch.settings import parse_duration
@@ -155,6 +156,7 @@ class Daemon:
         self.db: IncidentDB | None = None
         self.engine: Engine | None = None
         self.alerting: AlertingService | None = None
+        self.jobwork: JobWorkBuffer | None = None
         self._secrets_fingerprint = ""
 
     # -- construction -------------------------------------------------------
@@ -333,11 +335,19 @@ class Daemon:
         which enqueues one outbox row per routed sink inside that transaction
         and wakes the sender -> the sender's per-sink workers deliver. After
         the commit the tick loop logs the transition (:meth:`_on_transition`)
-        and stores the alerting self metrics registered here.
+        and stores the alerting self metrics registered here. With ``[mqtt]
+        jobwork`` each tick also hands the readings a job report needs to
+        :attr:`jobwork`, and each report that window yields to
+        ``alerting.jobwork`` for the fleet (:meth:`_jobwork_tick`); the buffer
+        outlives a reload of the outputs.
         """
-        assert self.db is not None
+        assert self.db is not None and self.env is not None
         self.db.add_transition_hook(alerting.router)
         self.store.register("alerting", alerting.metrics())
+        if alerting.jobwork is None:
+            self.jobwork = None  # turned off by a reload: keep no readings
+        elif self.jobwork is None:
+            self.jobwork = JobWorkBuffer(self.env.node)
 
     async def _state_retry_loop(self) -> None:
         """Open the state database once the disk lets us, then wire alerting.
@@ -427,6 +437,7 @@ class Daemon:
             self._flush_state()
             if self.engine is not None:
                 self._engine_tick(self.engine, now)
+            self._jobwork_tick()
             if self.db is not None:
                 self.store.ingest("state", self.db.readings(), now)
             if self.alerting is not None:
@@ -446,6 +457,14 @@ class Daemon:
         self.store.ingest("engine", engine.readings(), now)
         for tr in transitions:
             self._on_transition(tr)
+
+    def _jobwork_tick(self) -> None:
+        """Buffer this tick's job readings; queue the report of a window that ended
+        (never waits on the broker: the sender publishes in the background)."""
+        sender = self.alerting.jobwork if self.alerting is not None else None
+        if sender is None or self.jobwork is None:
+            return
+        sender.submit(self.jobwork.take(self.store, self._monotonic(), self._wall()))
 
     def _on_transition(self, tr: IncidentTransition) -> None:
         """Log one transition the engine persisted.

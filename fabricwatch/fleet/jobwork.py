@@ -31,6 +31,8 @@ from fabricwatch.engine.replay_mapping import Sample
 from fabricwatch.errors import ParseError
 
 SCHEMA = "fabricwatch.node-jobwork/v1"
+WINDOW = 60.0
+"""Seconds of a report's window; windows lie on this grid of unix time (the fleet's)."""
 NCCL_BUS_BW = "fabricwatch_nccl_bus_bandwidth_bytes_per_second"
 NCCL_RAS_MISSING = "fabricwatch_nccl_ras_missing_rank"
 MAX_POINTS = 10_000

@@ -2,7 +2,8 @@
 
 :class:`AlertingService` builds, from ``[alerting]`` and ``[mqtt]``, the
 outbox on the incident database's connection, the router, the sender with one
-worker per sink (the router wakes it when it enqueues) and the MQTT publisher.
+worker per sink (the router wakes it when it enqueues), the MQTT publisher and
+its job report sender (fed by the daemon's tick).
 It installs nothing on the database: its owner makes :attr:`AlertingService.router`
 the database's transition hook (``Daemon._attach_outputs``), so every
 transition is enqueued in the transaction that records it. It has the shape
@@ -22,6 +23,7 @@ from typing import Any
 
 from fabricwatch.engine.db import IncidentDB
 from fabricwatch.errors import ConfigError
+from fabricwatch.outputs.jobreports import JobWorkSender
 from fabricwatch.outputs.mqtt import MqttPublisher, MqttSink, publish_metrics
 from fabricwatch.outputs.outbox import Outbox
 from fabricwatch.outputs.sender import OutboxSender, build_sender
@@ -150,6 +152,7 @@ class AlertingService:
         self._clock = clock
         self.outbox = Outbox(db.connect(), clock=clock)
         self.publisher: MqttPublisher | None = None
+        self.jobwork: JobWorkSender | None = None
         extra: list[tuple[Sink, Route]] = []
         if mqtt.enabled:
             password = (
@@ -164,6 +167,8 @@ class AlertingService:
                 )
                 # Every incident goes to the fleet; the aggregator decides what matters.
                 extra.append((sink, Route(MQTT_SINK, min_severity="info")))
+            if mqtt.jobwork:
+                self.jobwork = JobWorkSender(self.publisher)
         built = build_sender(self.outbox, alerting, extra=extra, monotonic=monotonic, clock=clock)
         self.sender = built.sender
         self.router = Router(cluster, built.routes, clock=clock)
@@ -192,6 +197,8 @@ class AlertingService:
                     publish_metrics(self.publisher, self._summary, interval=self._metrics_interval),
                     name="mqtt-metrics",
                 )
+            if self.jobwork is not None:
+                await self.jobwork.start()
         await self.sender.start()
 
     async def collect(self) -> Sequence[Reading]:
@@ -204,6 +211,8 @@ class AlertingService:
             self._metrics_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._metrics_task
+        if self.jobwork is not None:
+            await self.jobwork.close()
         await self.sender.close()
         if self.publisher is not None:
             await self.publisher.close()

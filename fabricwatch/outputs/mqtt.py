@@ -10,12 +10,16 @@ Topics (segments lower-cased to ``[a-z0-9_-]``)::
                                           while the broker is away); consumers
                                           deduplicate on ``event_id``.
     <prefix>/<cluster>/<node>/metrics     optional summary, QoS 0, not retained.
+    <prefix>/<cluster>/<node>/jobwork     one job report per fleet window
+                                          (``fabricwatch.node-jobwork/v1``),
+                                          QoS 1, not retained.
 
 The connection loop is ours (aiomqtt does not reconnect): connect with the
 Will set, publish ``online``, wait for the connection to drop, back off with
 jitter, reconnect. On a clean shutdown ``offline`` is published before the
 disconnect, because a clean disconnect does not fire the Will. While
-disconnected QoS 0 messages are buffered up to ``buffer`` (oldest dropped);
+disconnected the summary and job reports are buffered up to ``buffer``
+messages in all (oldest dropped), each re-sent at its own QoS on reconnect;
 incident messages wait in the outbox instead.
 """
 
@@ -69,12 +73,13 @@ class Topics:
     status: str
     incidents: str
     metrics: str
+    jobwork: str
 
     @classmethod
     def for_node(cls, prefix: str, cluster: str, node: str) -> Topics:
         """``<prefix>/<cluster>/<node>/...``."""
         base = f"{prefix.strip('/')}/{topic_segment(cluster)}/{topic_segment(node)}"
-        return cls(f"{base}/status", f"{base}/incidents", f"{base}/metrics")
+        return cls(f"{base}/status", f"{base}/incidents", f"{base}/metrics", f"{base}/jobwork")
 
 
 @runtime_checkable
@@ -120,7 +125,7 @@ class MqttStats:
 
 
 class MqttPublisher:
-    """An aiomqtt client with status/Will, reconnect and bounded QoS 0 buffering."""
+    """An aiomqtt client with status/Will, reconnect and a bounded disconnected buffer."""
 
     def __init__(
         self,
@@ -141,7 +146,7 @@ class MqttPublisher:
         self._client: aiomqtt.Client | None = None
         self._connected = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
-        self._buffer: deque[tuple[str, bytes]] = deque(maxlen=max(1, settings.buffer))
+        self._buffer: deque[tuple[str, bytes, int]] = deque(maxlen=max(1, settings.buffer))
         self._listeners: list[Callable[[], None]] = []
         self._closing = False
         self.stats = MqttStats()
@@ -219,8 +224,8 @@ class MqttPublisher:
 
     async def _flush(self, client: aiomqtt.Client) -> None:
         while self._buffer:
-            topic, payload = self._buffer[0]
-            await client.publish(topic, payload, qos=0)
+            topic, payload, qos = self._buffer[0]
+            await client.publish(topic, payload, qos=qos, timeout=self.settings.publish_timeout)
             self._buffer.popleft()
             self.stats.published += 1
 
@@ -241,15 +246,16 @@ class MqttPublisher:
             raise DeliveryError(f"MQTT publish failed: {exc}") from None
         self.stats.published += 1
 
-    async def publish_or_buffer(self, topic: str, payload: bytes) -> None:
-        """QoS 0: publish if connected, else keep the newest ``buffer`` messages."""
+    async def publish_or_buffer(self, topic: str, payload: bytes, *, qos: int = 0) -> None:
+        """Publish if connected (for QoS 1 up to ``publish_timeout`` for the PUBACK),
+        else keep the newest ``buffer`` messages for the next connection."""
         if self.connected:
             with contextlib.suppress(DeliveryError):
-                await self.publish(topic, payload, qos=0)
+                await self.publish(topic, payload, qos=qos)
                 return
         if len(self._buffer) == self._buffer.maxlen:
             self.stats.dropped += 1
-        self._buffer.append((topic, payload))
+        self._buffer.append((topic, payload, qos))
 
     async def close(self) -> None:
         """Publish ``offline`` (retained), disconnect cleanly, stop reconnecting."""

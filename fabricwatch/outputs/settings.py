@@ -182,7 +182,7 @@ class AlertingSettings:
 
 @dataclass(kw_only=True)
 class MqttSettings:
-    """``[mqtt]``: publish status, incidents and a metrics summary to a broker."""
+    """``[mqtt]``: publish status, incidents, job reports and a metrics summary to a broker."""
 
     enabled: bool = option(False, "Connect to an MQTT broker.")
     host: str = option("127.0.0.1", "Broker host name or address.")
@@ -210,6 +210,11 @@ class MqttSettings:
         min=0.0,
         max=86400.0,
         duration=True,
+    )
+    jobwork: bool = option(
+        True,
+        "Publish a job report (the jobs' GPUs and work, for the fleet's badput and "
+        "stragglers) per 60 s window of unix time (QoS 1).",
     )
     publish_timeout: float = option(
         10.0, "Wait this long for the broker's PUBACK.", min=0.1, max=300.0, duration=True
