@@ -76,7 +76,7 @@ MQTT_CONNECTS = MetricSpec(
 MQTT_DROPPED = MetricSpec(
     "fabricwatch_mqtt_dropped_messages",
     MetricKind.COUNTER,
-    "QoS 0 messages dropped because the disconnected buffer was full.",
+    "Summary, metric and job-report messages dropped because the disconnected buffer was full.",
 )
 METRICS: tuple[MetricSpec, ...] = (
     ATTEMPTS,

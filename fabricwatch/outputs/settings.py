@@ -226,7 +226,10 @@ class MqttSettings:
         30.0, "Longest reconnect delay in seconds.", min=0.01, max=3600.0, duration=True
     )
     buffer: int = option(
-        100, "QoS 0 messages kept while disconnected (oldest dropped).", min=0, max=100_000
+        100,
+        "Summary, metric and job-report messages kept while disconnected (oldest dropped).",
+        min=0,
+        max=100_000,
     )
 
     def validate(self) -> None:
