@@ -64,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
     # Imported when the command runs, not when its parser is built (--help).
     from fabricwatch.cli.replay import _open_text, _settings, usage_error
     from fabricwatch.engine.replay_mapping import ReplayError
-    from fabricwatch.fleet.jobwork import reports_by_node
+    from fabricwatch.fleet.jobwork import WINDOW, reports_by_node
     from fabricwatch.fleet.ledger import ledger_lines, ledger_of
     from fabricwatch.fleet.replay import (
         NodeStreams,
@@ -128,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         lines = list(job_lines(result.fleet)) or ["no cluster incidents"]
         seg = topic_segment(args.cluster)
-        reports = [(seg, r) for rs in reports_by_node(by_node, 60.0).values() for r in rs]
+        reports = [(seg, r) for rs in reports_by_node(by_node, WINDOW).values() for r in rs]
         ledger = ledger_of(result.fleet.incidents, reports=reports)
         lines += ["", *ledger_lines(ledger.entries())]
         sys.stdout.write("\n".join(lines) + "\n")

@@ -36,7 +36,7 @@ from typing import Any
 
 from fabricwatch.engine.incidents import TransitionKind
 from fabricwatch.engine.replay_mapping import Sample
-from fabricwatch.fleet.jobwork import JobWork, reports_by_node
+from fabricwatch.fleet.jobwork import WINDOW, JobWork, reports_by_node
 from fabricwatch.fleet.model import GroupKey, cluster_incident_key, group_topic_id
 from fabricwatch.outputs.outbox import iso
 
@@ -45,7 +45,7 @@ from fabricwatch.outputs.outbox import iso
 class StragglerSettings:
     """Thresholds, all relative (to the node's own busy level, or shares of time)."""
 
-    window: float = 60.0
+    window: float = WINDOW
     idle_level: float = 0.2
     calm: float = 0.03
     waiting: float = 0.12
