@@ -12,10 +12,13 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fabricwatch.cli._common import err, parse_time, print_json
 from fabricwatch.errors import ExitCode, StoreError
+
+if TYPE_CHECKING:
+    from fabricwatch.fleet.jobwork import JobWork
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
@@ -36,7 +39,10 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _docs(args: argparse.Namespace, since: float | None) -> list[dict[str, Any]]:
+def _docs(
+    args: argparse.Namespace, since: float | None
+) -> tuple[list[dict[str, Any]], list[tuple[str, JobWork]]]:
+    """The incident documents and, with --fleet, the kept job reports (for the badput)."""
     from fabricwatch.engine.db import DB_FILENAME, IncidentDB
     from fabricwatch.fleet.db import DB_FILENAME as FLEET_DB
     from fabricwatch.fleet.db import FleetDB
@@ -49,7 +55,8 @@ def _docs(args: argparse.Namespace, since: float | None) -> list[dict[str, Any]]
             raise StoreError(f"no database at {path} (is --state-dir the aggregator's?)")
         fdb = FleetDB(path)
         try:
-            return fdb.incidents(since=since, state=state, limit=args.limit or 1_000_000)
+            docs = fdb.incidents(since=since, state=state, limit=args.limit or 1_000_000)
+            return docs, fdb.reports(since=since)
         finally:
             fdb.close()
     path = Path(args.state_dir) / DB_FILENAME
@@ -57,7 +64,7 @@ def _docs(args: argparse.Namespace, since: float | None) -> list[dict[str, Any]]
         raise StoreError(f"no database at {path} (is --state-dir the daemon's?)")
     db = IncidentDB(path)
     try:
-        return list(db.incidents(since=since, node=args.node, state=state, limit=args.limit))
+        return list(db.incidents(since=since, node=args.node, state=state, limit=args.limit)), []
     finally:
         db.close()
 
@@ -75,11 +82,11 @@ def run(args: argparse.Namespace) -> int:
         err("--cost-per-gpu-hour must not be negative")
         return ExitCode.USAGE
     try:
-        docs = _docs(args, since)
+        docs, reports = _docs(args, since)
     except StoreError as exc:
         err(str(exc))
         return ExitCode.FAILURE
-    entries = ledger_of(docs, cost_per_gpu_hour=args.cost_per_gpu_hour).entries()
+    entries = ledger_of(docs, reports=reports, cost_per_gpu_hour=args.cost_per_gpu_hour).entries()
     if args.json:
         print_json(entries, sys.stdout)
     else:

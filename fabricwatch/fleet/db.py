@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from fabricwatch.errors import StoreError
+from fabricwatch.fleet.jobwork import JobWork
 from fabricwatch.sqlite import DatabaseFile, Schema, immediate_transaction, open_database
 
 DB_FILENAME = "fleet.sqlite3"
@@ -53,6 +54,20 @@ FLEET_SCHEMA = Schema(
             doc TEXT NOT NULL
         )""",
             "CREATE INDEX cluster_transitions_key ON cluster_transitions(key)",
+        ),
+        # Nodes' job reports, reduced to what the badput needs (each job's GPUs
+        # over the window), so `incidents --by job --fleet` and a restarted
+        # replica's ledger know the jobs' GPU wall time, not only the loss.
+        2: (
+            """CREATE TABLE job_reports (
+            cluster TEXT NOT NULL,
+            node TEXT NOT NULL,
+            start REAL NOT NULL,
+            end REAL NOT NULL,
+            jobs TEXT NOT NULL,
+            PRIMARY KEY (cluster, node, start)
+        )""",
+            "CREATE INDEX job_reports_end ON job_reports(end)",
         ),
     },
 )
@@ -191,7 +206,42 @@ class FleetDB:
                 "DELETE FROM cluster_transitions WHERE key NOT IN (SELECT key FROM "
                 "cluster_incidents)"
             )
+            conn.execute("DELETE FROM job_reports WHERE end < ?", (now - self._retention,))
         return cur.rowcount
+
+    def add_report(self, cluster: str, report: JobWork) -> bool:
+        """Keep a node's job report (its jobs' GPUs over the window); False for a
+        window of that node already kept."""
+        jobs = json.dumps({job: list(gpus) for job, gpus in report.jobs}, sort_keys=True)
+        try:
+            with self.transaction() as conn:
+                cur = conn.execute(
+                    "INSERT OR IGNORE INTO job_reports (cluster, node, start, end, jobs) "
+                    "VALUES (?,?,?,?,?)",
+                    (cluster, report.node, report.start, report.end, jobs),
+                )
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"fleet database {self.path}: write failed: {exc}") from None
+        return cur.rowcount > 0
+
+    def reports(self, *, since: float | None = None) -> list[tuple[str, JobWork]]:
+        """(cluster, report) of the kept job reports ending at or after ``since``, oldest
+        first; reports carry the jobs' GPUs and window only (no work points)."""
+        sql = "SELECT cluster, node, start, end, jobs FROM job_reports"
+        args: tuple[Any, ...] = ()
+        if since is not None:
+            sql += " WHERE end >= ?"
+            args = (since,)
+        try:
+            rows = self.connect().execute(sql + " ORDER BY start, cluster, node", args).fetchall()
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"fleet database {self.path}: read failed: {exc}") from None
+        out: list[tuple[str, JobWork]] = []
+        for cluster, node, start, end, jobs in rows:
+            held = json.loads(jobs)
+            pairs = tuple((str(j), tuple(str(g) for g in gpus)) for j, gpus in sorted(held.items()))
+            out.append((str(cluster), JobWork(str(node), float(start), float(end), pairs, ())))
+        return out
 
     def _docs(self, sql: str, args: Sequence[Any]) -> list[dict[str, Any]]:
         try:

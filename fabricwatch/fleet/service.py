@@ -103,6 +103,9 @@ class FleetAggregator:
         self.store.register("fleet", FLEET_METRICS)
         self.store.register("ledger", LEDGER_METRICS)
         self.ledger = Ledger(job_expiry=fleet.job_expiry, cost_per_gpu_hour=fleet.cost_per_gpu_hour)
+        # A restarted replica's badput still counts the GPU time reported before it.
+        for cluster, kept in self.db.reports(since=wall() - fleet.job_expiry):
+            self.ledger.observe(cluster, kept, wall())
         self.stragglers = LiveStragglers(horizon=max(fleet.job_expiry, 600.0))
         self.store.register("alerting", ALERT_METRICS)
         self.counts: Counter[tuple[str, str]] = Counter()
@@ -291,6 +294,12 @@ class FleetAggregator:
             raise
         fresh = self.ledger.observe(cluster, report, self._wall())
         if fresh:
+            try:
+                self.db.add_report(cluster, report)
+            except StoreError as exc:
+                # The live ledger has it; only a later `incidents --by job --fleet`
+                # or a restart would miss this window's GPU time.
+                log.warning("fleet.jobwork_not_kept", error=str(exc))
             self.stragglers.add(cluster, report)
             self._wake.set()
         self._count("jobwork", "accepted" if fresh else "duplicate")

@@ -356,3 +356,25 @@ def test_nodes_page_only_through_the_fleet_with_alerting_disabled(tmp_path: Path
     assert {r.sink for r in svc.outbox.rows()} == {"mqtt"}
     assert svc.sender.sinks == ["mqtt"]
     db.close()
+
+
+async def test_a_restarted_replica_keeps_the_jobs_reported_gpu_time(
+    tmp_path: Path, make_agg: Factory
+) -> None:
+    import time
+
+    from fabricwatch.fleet.db import FleetDB
+    from fabricwatch.fleet.jobwork import JobWork
+
+    kept = FleetDB.in_dir(tmp_path / "r1")
+    lo = (time.time() // 60.0) * 60.0 - 600.0
+    for node in ("gpu-1", "gpu-2"):
+        assert kept.add_report("prod", JobWork(node, lo, lo + 60.0, (("slurm:9", ("0", "1")),), ()))
+    # Older than the job expiry: a finished job's time is not brought back.
+    kept.add_report(
+        "prod", JobWork("gpu-1", lo - 90_000.0, lo - 89_940.0, (("slurm:1", ("0",)),), ())
+    )
+    kept.close()
+    agg = make_agg()
+    assert agg.ledger.job_time == {("prod", "slurm:9"): 2 * 2 * 60.0}
+    agg.db.close()
