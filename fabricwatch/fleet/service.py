@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
 import sqlite3
 import time
 from collections import Counter, OrderedDict
@@ -106,6 +107,7 @@ class FleetAggregator:
         # A restarted replica's badput still counts the GPU time reported before it.
         for cluster, kept in self.db.reports(since=wall() - fleet.job_expiry):
             self.ledger.observe(cluster, kept, wall())
+        self._pruned_at = -math.inf
         self.stragglers = LiveStragglers(horizon=max(fleet.job_expiry, 600.0))
         self.store.register("alerting", ALERT_METRICS)
         self.counts: Counter[tuple[str, str]] = Counter()
@@ -528,7 +530,15 @@ class FleetAggregator:
         alert.append(Reading(MQTT_CONNECTED.name, (), 1.0 if self.connected else 0.0))
         alert.append(Reading(MQTT_CONNECTS.name, (), float(self.connects)))
         self.store.ingest("alerting", alert, now)
-        self.ledger.expire(self._wall())
+        wall = self._wall()
+        self.ledger.expire(wall)
+        if wall - self._pruned_at >= 3600.0:
+            # Resolved incidents and job reports past the retention, once an hour.
+            self._pruned_at = wall
+            try:
+                self.db.prune(wall)
+            except (StoreError, sqlite3.DatabaseError) as exc:
+                log.warning("fleet.prune_failed", error=str(exc))
         self.store.ingest("ledger", self.ledger.readings(), now)
         self.store.expire(now)
 

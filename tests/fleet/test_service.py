@@ -378,3 +378,21 @@ async def test_a_restarted_replica_keeps_the_jobs_reported_gpu_time(
     agg = make_agg()
     assert agg.ledger.job_time == {("prod", "slurm:9"): 2 * 2 * 60.0}
     agg.db.close()
+
+
+async def test_the_replica_prunes_past_the_retention(tmp_path: Path, make_agg: Factory) -> None:
+    import time
+
+    from fabricwatch.fleet.db import FleetDB
+    from fabricwatch.fleet.jobwork import JobWork
+
+    kept = FleetDB.in_dir(tmp_path / "r1")
+    now = time.time()
+    for lo in (now - 40 * 86400.0, now - 120.0):
+        kept.add_report("prod", JobWork("gpu-1", lo, lo + 60.0, (("slurm:9", ("0",)),), ()))
+    kept.close()
+    agg = make_agg()
+    agg._ingest_metrics()
+    # The default retention (30 days) dropped the 40-day-old window, not the recent one.
+    assert [r.start for _c, r in agg.db.reports()] == [now - 120.0]
+    agg.db.close()
