@@ -80,7 +80,7 @@ class NcclFinding:
 
     Attributes:
         node: the node of the rank.
-        gpu: its GPU (NVML index for bandwidth, CUDA device for RAS).
+        gpu: its GPU (the CUDA device Inspector's ``gpu_device_id`` or RAS's ``cuda_dev`` names).
         rank: its NCCL rank ("" when Inspector data does not carry one).
         cause: see the module docstring.
         confidence: how strongly the evidence names it.
