@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from fabricwatch.engine.incidents import Culprit
+from fabricwatch.engine.evidence import Culprit
 from fabricwatch.fleet.jobwork import JobWork
 from fabricwatch.fleet.service import FleetAggregator
 from tests.alerting.conftest import Mosquitto, Receiver, new_secret
