@@ -31,7 +31,7 @@ from fabricwatch.fleet.jobwork import reports_by_node
 from fabricwatch.fleet.model import member_from_incident
 from fabricwatch.fleet.nccl import with_nccl
 from fabricwatch.fleet.settings import FleetSettings
-from fabricwatch.fleet.stragglers import StragglerSettings, find_stragglers
+from fabricwatch.fleet.stragglers import StragglerSettings, stragglers_in
 from fabricwatch.jobkeys import pod_owner
 from fabricwatch.outputs.mqtt import topic_segment
 
@@ -264,9 +264,10 @@ def replay_nodes(
                 tr = replace(tr, incident=replace(tr.incident, job=job))  # noqa: PLW2901
             events.append((node, tr))
     grouped = group_offline(events, fleet, cluster=cluster)
-    slow = find_stragglers(samples_by_node, cluster=topic_segment(cluster))
-    # NCCL evidence from the job reports the nodes would have published, as live.
+    # Stragglers and NCCL evidence from the job reports the nodes would have
+    # published, as live (built once: they read every sample).
     reports = reports_by_node(samples_by_node, StragglerSettings().window)
+    slow = stragglers_in(reports, cluster=topic_segment(cluster))
     docs = sorted(
         (with_nccl(d, reports) for d in (*grouped.incidents, *slow)),
         key=lambda d: (float(d["onset_unix"]), str(d["key"])),
