@@ -53,6 +53,8 @@ class JobWork:
         points: (unix seconds, mean work signal of the node's GPUs) in time order.
         bus_bw: GPU -> lowest NCCL Inspector bus bandwidth (bytes/s) in the window.
         missing: (host, cuda_dev, rank) NCCL RAS reported missing in the window.
+        addresses: the node's own addresses (IP, FQDN), so the fleet maps a host
+            NCCL RAS names by address to this node (optional; empty: match by name).
     """
 
     node: str
@@ -62,6 +64,7 @@ class JobWork:
     points: tuple[tuple[float, float], ...]
     bus_bw: tuple[tuple[str, float], ...] = ()
     missing: tuple[tuple[str, str, str], ...] = ()
+    addresses: tuple[str, ...] = ()
 
     def gpu_seconds(self) -> dict[str, float]:
         """GPU wall time of each job on this node in the window."""
@@ -79,6 +82,7 @@ class JobWork:
             "work": [[t, round(v, 6)] for t, v in self.points],
             "nccl_bus_bw": dict(self.bus_bw),
             "nccl_missing": [list(m) for m in self.missing],
+            "addresses": list(self.addresses),
         }
 
     def body(self) -> bytes:
@@ -135,7 +139,14 @@ def parse(payload: bytes, *, source: str, max_bytes: int = 1 << 20) -> JobWork:
         if not isinstance(m, list) or len(m) != 3 or not all(isinstance(x, str) for x in m):
             raise ParseError("nccl_missing: expected [host, cuda_dev, rank]", source=source)
         missing.append((m[0], m[1], m[2]))
-    return JobWork(node, start, end, tuple(jobs), tuple(sorted(points)), bus, tuple(missing))
+    # Optional (older nodes send none): the node's own addresses for NCCL RAS hosts.
+    addrs = _items(doc.get("addresses", []), list, "addresses", source)
+    if not all(isinstance(a, str) and 0 < len(a) <= 255 for a in addrs):
+        raise ParseError("addresses: expected a list of host names or addresses", source=source)
+    return JobWork(
+        node, start, end, tuple(jobs), tuple(sorted(points)), bus, tuple(missing),
+        tuple(sorted(set(addrs))),
+    )  # fmt: skip
 
 
 @dataclass(slots=True)

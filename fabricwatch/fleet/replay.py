@@ -28,9 +28,11 @@ from fabricwatch.engine.replay_openmetrics import parse_openmetrics
 from fabricwatch.engine.replay_prometheus import fetch_prometheus, prom_query, selector
 from fabricwatch.engine.settings import EngineSettings
 from fabricwatch.fleet.grouper import Grouper, GroupTransition
+from fabricwatch.fleet.jobwork import reports_by_node
 from fabricwatch.fleet.model import member_from_incident
+from fabricwatch.fleet.nccl import with_nccl
 from fabricwatch.fleet.settings import FleetSettings
-from fabricwatch.fleet.stragglers import find_stragglers
+from fabricwatch.fleet.stragglers import StragglerSettings, stragglers_in
 from fabricwatch.jobkeys import pod_owner
 from fabricwatch.outputs.mqtt import topic_segment
 
@@ -263,9 +265,13 @@ def replay_nodes(
                 tr = replace(tr, incident=replace(tr.incident, job=job))  # noqa: PLW2901
             events.append((node, tr))
     grouped = group_offline(events, fleet, cluster=cluster)
-    slow = find_stragglers(samples_by_node, cluster=topic_segment(cluster))
+    # Stragglers and NCCL evidence from the job reports the nodes would have
+    # published, as live (built once: they read every sample).
+    reports = reports_by_node(samples_by_node, StragglerSettings().window)
+    slow = stragglers_in(reports, cluster=topic_segment(cluster))
     docs = sorted(
-        (*grouped.incidents, *slow), key=lambda d: (float(d["onset_unix"]), str(d["key"]))
+        (with_nccl(d, reports) for d in (*grouped.incidents, *slow)),
+        key=lambda d: (float(d["onset_unix"]), str(d["key"])),
     )
     return FleetReplay(results, FleetResult(grouped.transitions, tuple(docs)))
 

@@ -49,6 +49,7 @@ from fabricwatch.fleet.model import (
     parse_node_event,
     split_node_topic,
 )
+from fabricwatch.fleet.nccl import with_nccl
 from fabricwatch.fleet.settings import FleetSettings
 from fabricwatch.fleet.stragglers import LiveStragglers, StragglerTransition
 from fabricwatch.fleet.transport import INFLIGHT, FleetTransport
@@ -389,6 +390,9 @@ class FleetAggregator:
 
     def _record(self, tr: GroupTransition, *, announce: bool = True) -> None:
         router = self._router(tr.cluster)
+        if tr.doc.get("group", {}).get("kind") == "job":
+            # NCCL evidence from the nodes' job reports, the same function as fleet replay.
+            tr.doc.update(with_nccl(tr.doc, self._job_reports(tr.cluster)))
         self.ledger.apply(tr.doc, tr.at)
         if tr.doc.get("group", {}).get("kind") == "job":
             # The job's ledger entry rides along: webhooks and MQTT followers get the
@@ -423,6 +427,10 @@ class FleetAggregator:
         )
         if self.on_transition is not None:
             self.on_transition(tr)
+
+    def _job_reports(self, cluster: str) -> dict[str, list[jobwork.JobWork]]:
+        """The job reports of a cluster's nodes this replica holds (node -> reports)."""
+        return {n: rs for (c, n), rs in self.stragglers.reports.items() if c == cluster}
 
     def _record_straggler(self, st: StragglerTransition) -> None:
         """Record and page a straggler incident of a job this replica owns (every replica
