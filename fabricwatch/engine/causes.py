@@ -25,6 +25,12 @@ class Cause(StrEnum):
     STORAGE_LATENCY = "storage_latency"
     CHECKPOINT_WRITE = "checkpoint_write"
     ECN_CONGESTION = "ecn_congestion"
+    # Causes only the fleet can name: they come from comparing a job's nodes
+    # (stragglers) or from NCCL's own view of the collective, never from one
+    # node's counters.
+    STRAGGLER = "straggler"
+    COLLECTIVE_HANG = "collective_hang"
+    COLLECTIVE_SLOW = "collective_slow"
     UNKNOWN = "unknown"
 
     @property
@@ -42,6 +48,12 @@ class Cause(StrEnum):
         return self in _HALTS
 
     @property
+    def on_node(self) -> bool:
+        """Whether a node's own engine can attribute this cause (the fleet-only
+        causes come from comparing nodes or from NCCL)."""
+        return self not in _FLEET_ONLY
+
+    @property
     def precedence(self) -> int:
         """Rank in ties: lower wins."""
         return _RANK[self]
@@ -55,8 +67,12 @@ _TEXT = {
     Cause.GPU_FAULT: "GPU fault",
     Cause.CHECKPOINT_WRITE: "checkpoint write stall",
     Cause.STORAGE_LATENCY: "slow storage",
+    Cause.STRAGGLER: "straggler",
+    Cause.COLLECTIVE_HANG: "collective hang",
+    Cause.COLLECTIVE_SLOW: "slow collective",
     Cause.UNKNOWN: "unknown",
 }
+_FLEET_ONLY = frozenset({Cause.STRAGGLER, Cause.COLLECTIVE_HANG, Cause.COLLECTIVE_SLOW})
 _RANK = {c: i for i, c in enumerate(Cause)}
 _HALTS = frozenset(
     {

@@ -46,10 +46,11 @@ from dataclasses import dataclass
 from statistics import median
 from typing import Any, Literal
 
+from fabricwatch.engine.causes import Cause
 from fabricwatch.fleet.jobs import Candidate, Verdict, job_summary, origin_json
 from fabricwatch.fleet.jobwork import JobWork
 
-NcclCause = Literal["collective_hang", "collective_slow", "straggler"]
+NcclCause = Literal[Cause.COLLECTIVE_HANG, Cause.COLLECTIVE_SLOW, Cause.STRAGGLER]
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,7 +193,7 @@ def _missing(
         if node is None:
             continue
         text = f"NCCL RAS reports rank {rank} (GPU {dev} on {host}) missing: the collective hangs"
-        return NcclFinding(node, dev, rank, "collective_hang", 0.8, "nccl_ras", 0.0, text)
+        return NcclFinding(node, dev, rank, Cause.COLLECTIVE_HANG, 0.8, "nccl_ras", 0.0, text)
     return None
 
 
@@ -217,10 +218,10 @@ def _collapsed(
     ratio, (node, gpu), history = min(flagged)
     peers_bw = median(v for o, v in now.items() if o != (node, gpu))
     if ratio <= st.zero:
-        cause: NcclCause = "collective_hang"
+        cause: NcclCause = Cause.COLLECTIVE_HANG
         what = "no progress"
     else:
-        cause, what = "collective_slow", "a slow collective"
+        cause, what = Cause.COLLECTIVE_SLOW, "a slow collective"
         mine = _work_ratio(reports[node], job, lo, hi)
         others = [
             w
@@ -232,7 +233,7 @@ def _collapsed(
             and mine <= st.slower
             and (not others or mine <= st.slower * median(others))
         ):
-            cause, what = "straggler", f"its GPUs also worked at {mine:.0%} of their own level"
+            cause, what = Cause.STRAGGLER, f"its GPUs also worked at {mine:.0%} of their own level"
     conf = min(0.9, 0.5 + 0.4 * (1.0 - ratio)) - (0.0 if history else 0.1)
     text = (
         f"NCCL Inspector: GPU {gpu} on {node} reached {now[(node, gpu)] / 1e9:.2f} GB/s bus "

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from statistics import median
 from typing import Any
 
+from fabricwatch.engine.causes import Cause
 from fabricwatch.engine.incidents import TransitionKind
 from fabricwatch.engine.replay_mapping import Sample
 from fabricwatch.fleet.jobwork import WINDOW, JobWork, reports_by_node
@@ -228,7 +229,7 @@ def _doc(
         "node": key.subject,
         "kind": "slowdown",
         "state": "resolved",
-        "cause": "straggler",
+        "cause": Cause.STRAGGLER,
         "confidence": round(min(0.95, 0.5 + idle_others), 3),
         "culprit": {"key": str(key), "kind": "job", "labels": {"job": job, "origin": origin}},
         "summary": summary,
@@ -242,7 +243,7 @@ def _doc(
         "gpu_count": sum(gpus.values()),
         "evidence": [
             {
-                "cause": "straggler",
+                "cause": Cause.STRAGGLER,
                 "family": "gpu_work",
                 "culprit": f"node:{origin}",
                 "score": 1.0,
@@ -255,7 +256,7 @@ def _doc(
         "origin": {
             "node": origin,
             "incident": "",
-            "cause": "straggler",
+            "cause": Cause.STRAGGLER,
             "confidence": round(min(0.95, 0.5 + idle_others), 3),
             "culprit": f"node:{origin}",
             "culprit_kind": "node",
