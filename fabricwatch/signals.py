@@ -270,6 +270,26 @@ ST_WRITE_BURST = MetricSpec(
     PATH,
 )
 
+# --- NCCL's own view (collectors/nccl_inspector, collectors/nccl_ras) ---------
+# Read by the fleet (node job reports: the culprit rank of a job incident), so
+# replay maps them too.
+NCCL_RAS_MISSING_SHOWN = 64
+"""Missing ranks one RAS collection exports at most (the rest are counted, not named)."""
+NCCL_BUS_BW = MetricSpec(
+    "fabricwatch_nccl_bus_bandwidth_bytes_per_second",
+    G,
+    "Bus bandwidth of the GPU's latest completed NCCL collective (NCCL Inspector), "
+    "largest communicator.",
+    ("gpu", "collective"),
+)
+NCCL_RAS_MISSING = MetricSpec(
+    "fabricwatch_nccl_ras_missing_rank",
+    G,
+    "A rank RAS reports missing (value 1; 2 when considered dead), by host and GPU; only "
+    f"while missing, at most {NCCL_RAS_MISSING_SHOWN}.",
+    ("host", "cuda_dev", "rank"),
+)
+
 SIGNALS: tuple[MetricSpec, ...] = (
     GPU_UTIL, GPU_SM, GPU_POWER, GPU_POWER_LIMIT, GPU_MEM, GPU_PROCS, GPU_HEALTHY, GPU_XID,
     NVLINK_TX, NVLINK_RX, NVLINK_ERRORS, NVLINK_UP, GPU_INFO, GPU_JOB,
@@ -278,6 +298,7 @@ SIGNALS: tuple[MetricSpec, ...] = (
     NIC_PFC_RATIO, NIC_PFC_FRAMES, NIC_ECN, NIC_CNP_SENT, NIC_CNP_HANDLED, NIC_XMIT_WAIT,
     NIC_LINK_UP, NIC_LINK_DOWNED, NIC_TX_BYTES, NIC_RX_BYTES, NIC_RATE,
     ST_PROBE_HIST, ST_PROBE_LAST, ST_PROBE_FAIL, ST_WRITE_LAT, ST_WRITE_BYTES, ST_WRITE_BURST,
+    NCCL_BUS_BW, NCCL_RAS_MISSING,
 )  # fmt: skip
 """The families of ``docs/signals.md``: what replay and the scenario simulator
 register, and what the engine may read."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from fabricwatch import signals as fam
 from fabricwatch.readings import MetricKind, MetricSpec
 
 NAME = "nccl_inspector"
@@ -9,13 +10,7 @@ NAME = "nccl_inspector"
 
 _LABELS = ("gpu", "collective")
 
-BUS_BW = MetricSpec(
-    "fabricwatch_nccl_bus_bandwidth_bytes_per_second",
-    MetricKind.GAUGE,
-    "Bus bandwidth of the GPU's latest completed NCCL collective (NCCL Inspector), "
-    "largest communicator.",
-    _LABELS,
-)
+BUS_BW = fam.NCCL_BUS_BW
 ALGO_BW = MetricSpec(
     "fabricwatch_nccl_algorithm_bandwidth_bytes_per_second",
     MetricKind.GAUGE,

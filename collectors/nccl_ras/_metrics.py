@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from fabricwatch import signals as fam
 from fabricwatch.readings import MetricKind, MetricSpec
 
 NAME = "nccl_ras"
 """Registry name: the ``[collectors.nccl_ras]`` table and the ``collector`` label."""
 
-MISSING_SHOWN = 64
+MISSING_SHOWN = fam.NCCL_RAS_MISSING_SHOWN
 """Most missing ranks exported by host and GPU (bounds the series count)."""
 
 COMMS = MetricSpec(
@@ -21,13 +22,7 @@ RANKS = MetricSpec(
     "Ranks over all communicators, by state: responding, missing, unresponsive, dead.",
     ("state",),
 )
-MISSING = MetricSpec(
-    "fabricwatch_nccl_ras_missing_rank",
-    MetricKind.GAUGE,
-    "A rank RAS reports missing (value 1; 2 when considered dead), by host and GPU; only "
-    f"while missing, at most {MISSING_SHOWN}.",
-    ("host", "cuda_dev", "rank"),
-)
+MISSING = fam.NCCL_RAS_MISSING
 UP = MetricSpec(
     "fabricwatch_nccl_ras_up",
     MetricKind.GAUGE,

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from statistics import median
 from typing import Any
 
+from fabricwatch import signals as contract
 from fabricwatch.engine import signals as sig
 from fabricwatch.engine.replay_mapping import Sample
 from fabricwatch.errors import ParseError
@@ -33,8 +34,8 @@ from fabricwatch.errors import ParseError
 SCHEMA = "fabricwatch.node-jobwork/v1"
 WINDOW = 60.0
 """Seconds of a report's window; windows lie on this grid of unix time (the fleet's)."""
-NCCL_BUS_BW = "fabricwatch_nccl_bus_bandwidth_bytes_per_second"
-NCCL_RAS_MISSING = "fabricwatch_nccl_ras_missing_rank"
+NCCL_BUS_BW = contract.NCCL_BUS_BW.name
+NCCL_RAS_MISSING = contract.NCCL_RAS_MISSING.name
 MAX_POINTS = 10_000
 """Work points one report may carry (a window of an hour at 1 s, with room)."""
 MAX_ITEMS = 4_096

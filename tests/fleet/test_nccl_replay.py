@@ -3,16 +3,22 @@ names, from the nodes' NCCL Inspector bandwidth, the node whose rank collapsed."
 
 from __future__ import annotations
 
+import io
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from fabricwatch.cli import main
 from fabricwatch.engine import signals as sig
 from fabricwatch.engine.replay_mapping import Sample
+from fabricwatch.engine.replay_openmetrics import write_openmetrics
 from fabricwatch.engine.settings import EngineSettings
 from fabricwatch.fleet.jobwork import NCCL_BUS_BW, NCCL_RAS_MISSING
 from fabricwatch.fleet.replay import replay_nodes
 from fabricwatch.fleet.settings import FleetSettings
+from fabricwatch.readings import Reading
 from fabricwatch.settings import build
 from fabricwatch.testing.sim_fleet import Cluster, build_cluster, node_samples
 
@@ -93,3 +99,26 @@ def test_a_ras_missing_rank_names_its_node_in_fleet_replay(
     [doc] = job_docs(samples, cluster)
     assert doc["origin"]["node"] == target and doc["cause"] == "collective_hang"
     assert doc["culprit"]["labels"]["rank"] == "21"
+
+
+def test_nccl_families_in_openmetrics_files_name_the_origin(
+    cluster: Cluster,
+    plain: dict[str, list[Sample]],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The same evidence from files a site scraped: replay maps the NCCL families
+    (fabricwatch's own names), so `replay --fleet` names the collapsed rank's node."""
+    [truth] = cluster.truth()
+    paths = []
+    for node, ss in with_bandwidth(cluster, plain, 0.2).items():
+        buf = io.StringIO()
+        rs = [Reading(f, labels, v, ts) for ts, f, labels, v in ss]
+        write_openmetrics(rs, buf.write, extra_labels={"instance": f"{node}:9400"})
+        path = tmp_path / f"scrape-{node}.om"
+        path.write_text(buf.getvalue())
+        paths.append(str(path))
+    assert main(["replay", "--fleet", *paths, "--json"]) == 0
+    docs = [d for d in json.loads(capsys.readouterr().out) if d["job"] == truth.jobs[0]]
+    assert [d["origin"]["node"] for d in docs] == [truth.fault.target]
+    assert docs[0]["cause"] == "collective_slow"
