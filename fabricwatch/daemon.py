@@ -43,6 +43,7 @@ from fabricwatch.errors import (
     StoreError,
 )
 from fabricwatch.logs import configure_logging
+from fabricwatch.netaddrs import local_addresses
 from fabricwatch.outputs.alerting import AlertingService, secrets_fingerprint
 from fabricwatch.outputs.exposition import ReloadStatus, build_registry
 from fabricwatch.outputs.jobreports import JobWorkBuffer
@@ -347,7 +348,9 @@ class Daemon:
         if alerting.jobwork is None:
             self.jobwork = None  # turned off by a reload: keep no readings
         elif self.jobwork is None:
-            self.jobwork = JobWorkBuffer(self.env.node)
+            self.jobwork = JobWorkBuffer(
+                self.env.node, addresses=local_addresses(self.env.proc_root)
+            )
 
     async def _state_retry_loop(self) -> None:
         """Open the state database once the disk lets us, then wire alerting.

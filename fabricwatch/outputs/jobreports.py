@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import math
 from collections import deque
 
@@ -49,9 +50,15 @@ class JobWorkBuffer:
     """The current window's readings of :data:`FAMILIES`, bounded."""
 
     def __init__(
-        self, node: str, *, window: float = jobwork.WINDOW, max_samples: int = MAX_SAMPLES
+        self,
+        node: str,
+        *,
+        window: float = jobwork.WINDOW,
+        max_samples: int = MAX_SAMPLES,
+        addresses: tuple[str, ...] = (),
     ) -> None:
         self.node = node
+        self.addresses = addresses
         self.window = window
         self._samples: deque[Sample] = deque(maxlen=max(1, max_samples))
         self._seen = -math.inf  # monotonic time of the last tick's newest reading
@@ -83,7 +90,11 @@ class JobWorkBuffer:
         self._samples.clear()
         self._samples.extend(rest)
         self._closed = lo
-        return jobwork.reports(self.node, done, self.window)
+        out = jobwork.reports(self.node, done, self.window)
+        if self.addresses:
+            # The node's own addresses: the fleet maps an NCCL RAS host to this node.
+            out = [dataclasses.replace(r, addresses=self.addresses) for r in out]
+        return out
 
 
 class JobWorkSender:

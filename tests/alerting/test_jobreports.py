@@ -75,6 +75,17 @@ def test_buffer_reports_each_window_of_the_grid_like_replay() -> None:
     assert jobwork.parse(full.body(), source="t") == full
 
 
+def test_reports_carry_the_nodes_own_addresses_for_nccl_ras_hosts() -> None:
+    store = _store()
+    buf = JobWorkBuffer("gpu-017", addresses=("10.1.7.17", "fd00::17"))
+    got: list[jobwork.JobWork] = []
+    for k in range(130):
+        _second(store, 100.0 + k)
+        got += buf.take(store, 100.5 + k, W0 + k + 0.5)
+    assert got and all(r.addresses == ("10.1.7.17", "fd00::17") for r in got)
+    assert jobwork.parse(got[0].body(), source="t").addresses == ("10.1.7.17", "fd00::17")
+
+
 def test_buffer_without_a_job_reports_nothing_and_drops_late_readings() -> None:
     store, buf = _store(), JobWorkBuffer("n")
     store.ingest("sim", [Reading(sig.GPU_SM, ("0",), 0.0)], 1.0)
