@@ -187,13 +187,14 @@ def test_parallel_jobs_give_the_output_of_one_pass(
     # 8 nodes: --jobs 3 runs nodes in parallel processes; --jobs 16 (more jobs than
     # nodes) splits each node's replay by time with the engine's parallel runner.
     paths = write_nodes(cluster, tmp_path / "om")
-    outs: dict[str, tuple[str, str]] = {}
+    outs: dict[str, str] = {}
     for jobs in ("1", "3", "16"):
         assert main(["replay", "--fleet", *paths, "--json", "--jobs", jobs]) == 0
-        as_json = capsys.readouterr().out
-        assert main(["replay", "--fleet", *paths, "--jobs", jobs]) == 0
-        outs[jobs] = (as_json, capsys.readouterr().out)
+        outs[jobs] = capsys.readouterr().out
     assert outs["3"] == outs["1"] and outs["16"] == outs["1"]
-    assert len(json.loads(outs["1"][0])) == 5  # the job incidents came out
-    assert "badput" in outs["1"][1]  # the text ledger, with the job reports' GPU wall time
+    assert len(json.loads(outs["1"])) == 5  # the job incidents came out
+    # The text form is built from the same result; once is enough to see the
+    # ledger with the job reports' GPU wall time.
+    assert main(["replay", "--fleet", *paths, "--jobs", "3"]) == 0
+    assert "badput" in capsys.readouterr().out
     assert main(["replay", "--fleet", *paths, "--jobs", "0"]) == 2
