@@ -210,19 +210,29 @@ class FleetDB:
         return cur.rowcount
 
     def add_report(self, cluster: str, report: JobWork) -> bool:
-        """Keep a node's job report (its jobs' GPUs over the window); False for a
-        window of that node already kept."""
-        jobs = json.dumps({job: list(gpus) for job, gpus in report.jobs}, sort_keys=True)
+        """Keep one node's job report; False for a window of that node already kept."""
+        return self.add_reports([(cluster, report)]) == 1
+
+    def add_reports(self, reports: Sequence[tuple[str, JobWork]]) -> int:
+        """Keep (cluster, report) pairs (each job's GPUs over its window) in one
+        transaction; returns how many were new (a node's window is kept once)."""
+        rows = [
+            (cluster, r.node, r.start, r.end,
+             json.dumps({job: list(gpus) for job, gpus in r.jobs}, sort_keys=True))
+            for cluster, r in reports
+        ]  # fmt: skip
         try:
             with self.transaction() as conn:
-                cur = conn.execute(
+                before = conn.total_changes
+                conn.executemany(
                     "INSERT OR IGNORE INTO job_reports (cluster, node, start, end, jobs) "
                     "VALUES (?,?,?,?,?)",
-                    (cluster, report.node, report.start, report.end, jobs),
+                    rows,
                 )
+                added = conn.total_changes - before
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"fleet database {self.path}: write failed: {exc}") from None
-        return cur.rowcount > 0
+        return added
 
     def reports(self, *, since: float | None = None) -> list[tuple[str, JobWork]]:
         """(cluster, report) of the kept job reports ending at or after ``since``, oldest

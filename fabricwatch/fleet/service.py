@@ -26,7 +26,7 @@ import json
 import math
 import sqlite3
 import time
-from collections import Counter, OrderedDict
+from collections import Counter, OrderedDict, deque
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -109,6 +109,7 @@ class FleetAggregator:
         for cluster, kept in self.db.reports(since=wall() - fleet.job_expiry):
             self.ledger.observe(cluster, kept, wall())
         self._pruned_at = -math.inf
+        self._unsaved: deque[tuple[str, jobwork.JobWork]] = deque(maxlen=100_000)
         self.stragglers = LiveStragglers(horizon=max(fleet.job_expiry, 600.0))
         self.store.register("alerting", ALERT_METRICS)
         self.counts: Counter[tuple[str, str]] = Counter()
@@ -208,6 +209,7 @@ class FleetAggregator:
         await self.sender.close()
         if self.web is not None:
             await self.web.stop()
+        self._keep_reports()
         self.db.close()
 
     # -- MQTT ---------------------------------------------------------------------
@@ -297,12 +299,9 @@ class FleetAggregator:
             raise
         fresh = self.ledger.observe(cluster, report, self._wall())
         if fresh:
-            try:
-                self.db.add_report(cluster, report)
-            except StoreError as exc:
-                # The live ledger has it; only a later `incidents --by job --fleet`
-                # or a restart would miss this window's GPU time.
-                log.warning("fleet.jobwork_not_kept", error=str(exc))
+            # Written once a tick in one transaction (_keep_reports), not one
+            # fsync per message: a large fleet sends several reports a second.
+            self._unsaved.append((cluster, report))
             self.stragglers.add(cluster, report)
             self._wake.set()
         self._count("jobwork", "accepted" if fresh else "duplicate")
@@ -531,6 +530,20 @@ class FleetAggregator:
 
     # -- metrics ---------------------------------------------------------------
 
+    def _keep_reports(self) -> None:
+        """Write the job reports received since the last tick (kept in memory, at
+        most 100,000, while the database refuses them)."""
+        if not self._unsaved:
+            return
+        try:
+            self.db.add_reports(list(self._unsaved))
+        except StoreError as exc:
+            # The live ledger has them; only a later `incidents --by job --fleet`
+            # or a restart would miss their GPU time if they are never written.
+            log.warning("fleet.jobwork_not_kept", error=str(exc), pending=len(self._unsaved))
+            return
+        self._unsaved.clear()
+
     def _ingest_metrics(self) -> None:
         now = self._mono()
         self.store.ingest("fleet", self.readings(), now)
@@ -540,6 +553,7 @@ class FleetAggregator:
         self.store.ingest("alerting", alert, now)
         wall = self._wall()
         self.ledger.expire(wall)
+        self._keep_reports()
         if wall - self._pruned_at >= 3600.0:
             # Resolved incidents and job reports past the retention, once an hour.
             self._pruned_at = wall

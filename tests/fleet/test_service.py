@@ -396,3 +396,19 @@ async def test_the_replica_prunes_past_the_retention(tmp_path: Path, make_agg: F
     # The default retention (30 days) dropped the 40-day-old window, not the recent one.
     assert [r.start for _c, r in agg.db.reports()] == [now - 120.0]
     agg.db.close()
+
+
+async def test_job_reports_are_kept_once_a_tick_and_once_each(make_agg: Factory) -> None:
+    import time
+
+    from fabricwatch.fleet.jobwork import JobWork
+
+    agg = make_agg()
+    lo = (time.time() // 60.0) * 60.0 - 120.0
+    reports = [JobWork(n, lo, lo + 60.0, (("slurm:9", ("0",)),), ()) for n in ("g1", "g2")]
+    for r in [*reports, reports[0]]:  # the repeat is a QoS 1 redelivery
+        agg._jobwork(node_topic(r.node, "jobwork"), r.body())
+    assert agg.db.reports() == []  # not one write per message
+    agg._ingest_metrics()
+    assert sorted(r.node for _c, r in agg.db.reports()) == ["g1", "g2"]
+    agg.db.close()
