@@ -9,9 +9,12 @@ replay share one shape.
 from __future__ import annotations
 
 import math
+from array import array
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
+from typing import cast
 
 from fabricwatch import signals as fam
 from fabricwatch.readings import MetricSpec
@@ -99,8 +102,54 @@ class Window:
         return bool(self.values)
 
 
+def _columns(series: Series) -> tuple[memoryview[float], memoryview[float]]:
+    """The history's timestamps and values, oldest first (strided views of one copy of the ring)."""
+    ring = series.ring
+    if ring is None:
+        flat = array("d")
+    else:
+        head = series.head
+        flat = ring[head:] + ring[:head] if series.full else ring[:head]
+    view = cast("memoryview[float]", memoryview(flat))
+    return view[0::2], view[1::2]
+
+
+def _visited(times: memoryview[float], start: float) -> tuple[int, list[float]] | None:
+    """Where a walk from the newest point back to the first one older than
+    ``start`` stops, and the times it visits (from that point on, oldest
+    first), when they are finite and in order; None when they are not.
+
+    bisect's final position always has an older neighbour below ``start`` and
+    itself at or above it, so with the visited times in order, the points
+    from it on are exactly what the walk keeps (and bisects over them find
+    any later bound the walk would). A history out of order (a source's own
+    timestamps going back) takes the walk itself.
+    """
+    first = max(bisect_left(times, start) - 1, 0)
+    seen = cast("list[float]", times[first:].tolist())
+    if seen != sorted(seen) or not math.isfinite(sum(seen)):
+        return None
+    return first, seen
+
+
 def window(series: Series, start: float, end: float) -> Window:
-    """Points of ``series`` with ``start <= ts <= end``, oldest first."""
+    """Points of ``series`` with ``start <= ts <= end``, oldest first.
+
+    The newest-first walk over the history (which stops at the first point
+    older than ``start``) is what this computes; on an ordered history it is
+    two bisections and two slices of the ring.
+    """
+    times, values = _columns(series)
+    found = _visited(times, start)
+    if found is None:
+        return _window_walk(series, start, end)
+    first, seen = found
+    lo = bisect_left(seen, start)
+    hi = bisect_right(seen, end, lo)
+    return Window(tuple(values[first + lo : first + hi]), tuple(seen[lo:hi]))
+
+
+def _window_walk(series: Series, start: float, end: float) -> Window:
     vals: list[float] = []
     times: list[float] = []
     # History is time-ordered: walk from the newest end and stop early.
@@ -117,15 +166,34 @@ def window(series: Series, start: float, end: float) -> Window:
 
 
 def chunk_means(series: Series, now: float, width: float, chunks: int) -> list[float] | None:
-    """Means of ``series`` over the latest window and the ``chunks`` before it, in one walk.
+    """Means of ``series`` over the latest window and the ``chunks`` before it.
 
     Element 0 is the mean over ``[now - width, now]``; element ``j + 1`` the mean
     over ``[now - (j + 2) * width, now - (j + 1) * width - 1e-3]``: exactly what
     :func:`window` gives for each of those spans (same bounds, same summation
-    order), but the ring is walked once instead of once per chunk, which made
-    the shallow-slowdown check quadratic in its history. None when any span
-    holds fewer than two points.
+    order), from one bisection per bound over the ring instead of a walk per
+    chunk (the shallow-slowdown check reads it for every job GPU on every
+    sample). None when any span holds fewer than two points.
     """
+    times, values = _columns(series)
+    found = _visited(times, now - (chunks + 1) * width)
+    if found is None:
+        return _chunk_means_walk(series, now, width, chunks)
+    first, seen = found
+    spans = [(now - width, now)]
+    spans += [(now - (j + 2) * width, now - (j + 1) * width - 1e-3) for j in range(chunks)]
+    out: list[float] = []
+    for start, end in spans:
+        lo = bisect_left(seen, start)
+        hi = bisect_right(seen, end, lo)
+        if hi - lo < 2:
+            return None
+        # Oldest first, as window() sums them, so the figures are bit-for-bit the same.
+        out.append(sum(values[first + lo : first + hi]) / (hi - lo))
+    return out
+
+
+def _chunk_means_walk(series: Series, now: float, width: float, chunks: int) -> list[float] | None:
     buckets: list[list[float]] = [[] for _ in range(chunks + 1)]
     oldest = now - (chunks + 1) * width
     for p in reversed(series.history):
@@ -144,7 +212,6 @@ def chunk_means(series: Series, now: float, width: float, chunks: int) -> list[f
                 break
     if any(len(b) < 2 for b in buckets):
         return None
-    # Oldest first, as window() sums them, so the figures are bit-for-bit the same.
     return [sum(reversed(b)) / len(b) for b in buckets]
 
 
