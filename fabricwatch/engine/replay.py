@@ -13,8 +13,11 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_right
+from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from itertools import compress, pairwise, repeat
+from operator import itemgetter
 from typing import Any, cast
 
 from fabricwatch.engine import signals as sig
@@ -25,6 +28,12 @@ from fabricwatch.engine.replay_mapping import Sample
 from fabricwatch.engine.settings import EngineSettings
 from fabricwatch.readings import Reading
 from fabricwatch.store import SnapshotStore
+
+_time = itemgetter(0)
+_family = itemgetter(1)
+_labels = itemgetter(2)
+_value = itemgetter(3)
+_series_key = itemgetter(1, 2)
 
 MAX_SPACING = 60.0
 """Coarsest sample spacing (seconds) the engine's rules are scaled and evaluated for."""
@@ -61,15 +70,17 @@ class Spacing:
 
 def sample_spacing(samples: Sequence[Sample], limit: int = 200_000) -> Spacing | None:
     """The typical spacing of the first ``limit`` time-sorted samples, or None."""
-    last: dict[tuple[str, tuple[str, ...]], float] = {}
-    steps: dict[tuple[str, tuple[str, ...]], list[float]] = {}
-    for ts, family, labels, _ in samples[:limit]:
-        key = (family, labels)
-        prev = last.get(key)
-        last[key] = ts
-        if prev is not None and ts > prev:
-            steps.setdefault(key, []).append(ts - prev)
-    per_series = [sig.median(v) for v in steps.values()]
+    head = samples[:limit]
+    times: defaultdict[tuple[str, tuple[str, ...]], list[float]] = defaultdict(list)
+    # One dict lookup per sample, keys built by itemgetter: this runs over
+    # every sample of an ordinary replay.
+    for key, ts in zip(map(_series_key, head), map(_time, head), strict=True):
+        times[key].append(ts)
+    per_series: list[float] = []
+    for seq in times.values():
+        steps = [b - a for a, b in pairwise(seq) if b > a]
+        if steps:
+            per_series.append(sig.median(steps))
     if not per_series:
         return None
     return Spacing(round(sig.median(per_series), 3), len(per_series))
@@ -137,14 +148,26 @@ def plan_replay(samples: Sequence[Sample], settings: EngineSettings) -> TickPlan
     # (the tick grid still spans every sample, as live ticks regardless).
     used = sig.ENGINE_FAMILIES
     kept: Sequence[Sample] = samples
-    if any(sm[1] not in used for sm in samples):
-        kept = [sm for sm in samples if sm[1] in used]
-    times = [sm[0] for sm in kept]
+    if not used.issuperset(map(_family, samples)):
+        kept = list(compress(samples, map(used.__contains__, map(_family, samples))))
+    times = list(map(_time, kept))
     # Store-ready rows, built once and shared by every span (forked workers
     # inherit them): a tick's batch is then a list slice. The store unpacks
-    # readings as plain 6-tuples, so no Reading is constructed.
+    # readings as plain 6-tuples, so no Reading is constructed; zip builds
+    # them without a Python-level step per sample.
     rows = cast(
-        "list[Reading]", [(name, labels, value, ts, None, None) for ts, name, labels, value in kept]
+        "list[Reading]",
+        list(
+            zip(
+                map(_family, kept),
+                map(_labels, kept),
+                map(_value, kept),
+                times,
+                repeat(None),
+                repeat(None),
+                strict=False,
+            )
+        ),
     )
     n = len(kept)
     t = math.floor(first / tick) * tick + tick / 2
