@@ -131,7 +131,6 @@ class TickPlan:
 
     samples: Sequence[Sample]
     times: Sequence[float]
-    rows: list[Reading]
     ticks: Sequence[float]
     expire: Sequence[bool]
     start: float
@@ -151,24 +150,6 @@ def plan_replay(samples: Sequence[Sample], settings: EngineSettings) -> TickPlan
     if not used.issuperset(map(_family, samples)):
         kept = list(compress(samples, map(used.__contains__, map(_family, samples))))
     times = list(map(_time, kept))
-    # Store-ready rows, built once and shared by every span (forked workers
-    # inherit them): a tick's batch is then a list slice. The store unpacks
-    # readings as plain 6-tuples, so no Reading is constructed; zip builds
-    # them without a Python-level step per sample.
-    rows = cast(
-        "list[Reading]",
-        list(
-            zip(
-                map(_family, kept),
-                map(_labels, kept),
-                map(_value, kept),
-                times,
-                repeat(None),
-                repeat(None),
-                strict=False,
-            )
-        ),
-    )
     n = len(kept)
     t = math.floor(first / tick) * tick + tick / 2
     if t < first:
@@ -187,7 +168,22 @@ def plan_replay(samples: Sequence[Sample], settings: EngineSettings) -> TickPlan
         t += tick
         if i >= n and t > last + tick / 2:
             break
-    return TickPlan(kept, times, rows, ticks, expire, first, last, len(samples) - n)
+    return TickPlan(kept, times, ticks, expire, first, last, len(samples) - n)
+
+
+def store_rows(samples: Sequence[Sample]) -> list[Reading]:
+    """``samples`` as the rows the store ingests (it unpacks readings as plain
+    6-tuples): built by zip, without a Python-level step or a Reading per sample."""
+    rows = zip(
+        map(_family, samples),
+        map(_labels, samples),
+        map(_value, samples),
+        map(_time, samples),
+        repeat(None),
+        repeat(None),
+        strict=False,
+    )
+    return cast("list[Reading]", list(rows))
 
 
 @dataclass(slots=True)
@@ -238,9 +234,15 @@ def run_span(
     out = SpanRun()
     store = replay_store()
     engine = Engine(settings, store, node, db, tick=settings.tick)
-    rows, times, ticks, expire = plan.rows, plan.times, plan.ticks, plan.expire
+    times, ticks, expire = plan.times, plan.ticks, plan.expire
     ingest = store.ingest
     i = 0 if begin == 0 else bisect_right(times, ticks[begin - 1])
+    # The span's own rows, built here: a forked worker builds only its part,
+    # and a tick's batch is then a list slice.
+    base = i
+    rows = store_rows(
+        plan.samples[base : bisect_right(times, ticks[end - 1], base)] if end > begin else []
+    )
     for k in range(begin, end):
         t = ticks[k]
         own = own_from <= k < own_to
@@ -250,7 +252,7 @@ def run_span(
         j = bisect_right(times, t, i)
         if j > i:
             # One batch per tick, as the daemon ingests one collection at a time.
-            res = ingest("replay", rows[i:j], now=t)
+            res = ingest("replay", rows[i - base : j - base], now=t)
             if own:
                 out.readings += res.accepted
                 out.rejected += res.rejected

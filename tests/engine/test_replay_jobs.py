@@ -4,13 +4,22 @@ from __future__ import annotations
 
 import io
 import json
+import multiprocessing
+import os
+import time
 from pathlib import Path
 
 import pytest
 
 from fabricwatch.cli import main
 from fabricwatch.engine.replay import ReplayResult, run_replay
-from fabricwatch.engine.replay_jobs import Split, run_nodes, run_parallel, usable_cores
+from fabricwatch.engine.replay_jobs import (
+    Split,
+    _run_forked,
+    run_nodes,
+    run_parallel,
+    usable_cores,
+)
 from fabricwatch.engine.replay_mapping import Mapper, Sample
 from fabricwatch.engine.replay_openmetrics import parse_openmetrics, write_openmetrics
 from fabricwatch.testing.sim_scenarios import Injection, Scenario, flatten
@@ -131,3 +140,32 @@ def test_replay_of_one_node_is_split_by_time() -> None:
     par = run_nodes({"n1": samples}, jobs=2, split=split)
     _same(par["n1"], run_parallel(samples, node="n1", jobs=2, split=split))
     assert par["n1"].spans == 2, "one node's input should have been cut in time"
+
+
+def _pid() -> int:
+    return os.getpid()
+
+
+def _fail() -> int:
+    msg = "the span in this process failed"
+    raise ValueError(msg)
+
+
+def _sleep() -> int:
+    time.sleep(60)
+    return os.getpid()
+
+
+def test_this_process_runs_the_last_call_when_all_fit() -> None:
+    # One fork fewer: with as many calls as jobs, the last is not forked.
+    pids = _run_forked([_pid, _pid, _pid], jobs=3)
+    assert pids[-1] == os.getpid()
+    assert len({*pids[:-1]} - {os.getpid()}) == 2
+    # More calls than jobs: every call in a worker, as before.
+    assert os.getpid() not in _run_forked([_pid, _pid, _pid], jobs=2)
+
+
+def test_a_failing_call_in_this_process_stops_the_workers() -> None:
+    with pytest.raises(ValueError, match="span in this process"):
+        _run_forked([_sleep, _fail], jobs=2)
+    assert multiprocessing.active_children() == []
