@@ -17,7 +17,8 @@ this process, on CPU time:
 * ``--jobs N`` (default 2): the same replay with the engine part split over N
   worker processes (:mod:`fabricwatch.engine.replay_jobs`), on wall-clock time
   against the single process, checked to give the same transitions, and the
-  speed-up projected for N free cores from the workers' own CPU time;
+  speed-up projected for N free cores from the workers' own CPU time, and
+  the CPU all processes took over what one process took (by time and by node);
 * side by side: ``promtool tsdb create-blocks-from openmetrics`` backfilling
   the same file (its CPU from ``getrusage`` of children, and wall time).
 
@@ -38,7 +39,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from fabricwatch.engine.replay import replay_store, run_replay
+from fabricwatch.engine.replay import replay_store, run_replay, store_rows
 from fabricwatch.engine.replay_jobs import run_nodes, run_parallel
 from fabricwatch.engine.replay_mapping import Mapper, Sample
 from fabricwatch.engine.replay_openmetrics import parse_openmetrics, write_openmetrics
@@ -80,14 +81,15 @@ def promtool_backfill(text: str) -> tuple[float, float] | None:
 
 
 def tick_batches(samples: list[Sample]) -> list[tuple[float, list[Reading]]]:
-    """Samples grouped by engine tick as run_replay ingests them."""
-    out: list[tuple[float, list[Reading]]] = []
-    for ts, name, labels, value in samples:
+    """Samples grouped by engine tick as run_replay ingests them (its store rows)."""
+    out: list[tuple[float, list[Sample]]] = []
+    for sm in samples:
+        ts = sm[0]
         t = math.floor(ts) + 0.5 if ts <= math.floor(ts) + 0.5 else math.floor(ts) + 1.5
         if not out or out[-1][0] != t:
             out.append((t, []))
-        out[-1][1].append(Reading(name, labels, value, ts))
-    return out
+        out[-1][1].append(sm)
+    return [(t, store_rows(batch)) for t, batch in out]
 
 
 def main() -> None:
@@ -134,9 +136,10 @@ def main() -> None:
 
     # Wall clock: one process vs --jobs N over the same sorted samples (the
     # parse is the same serial step in both and is added to both).
-    w0 = time.monotonic()
+    w0, c0 = time.monotonic(), time.process_time()
     one = run_replay(samples)
     one_wall = time.monotonic() - w0
+    one_cpu = time.process_time() - c0
     k0, w0, c0 = children_cpu(), time.monotonic(), time.process_time()
     par = run_parallel(samples, jobs=args.jobs)
     par_wall = time.monotonic() - w0
@@ -149,12 +152,14 @@ def main() -> None:
     # By node: the same hours as two nodes' input (what replay --fleet reads),
     # one process per node against both nodes in one process.
     two = {"node-a": samples, "node-b": samples}
-    w0 = time.monotonic()
+    w0, c0 = time.monotonic(), time.process_time()
     seq_nodes = run_nodes(two, jobs=1)
     nodes_one_wall = time.monotonic() - w0
-    w0 = time.monotonic()
+    nodes_one_cpu = time.process_time() - c0
+    k0, w0, c0 = children_cpu(), time.monotonic(), time.process_time()
     par_nodes = run_nodes(two, jobs=args.jobs)
     nodes_par_wall = time.monotonic() - w0
+    nodes_par_cpu = time.process_time() - c0 + children_cpu() - k0
     for node in two:
         assert par_nodes[node].transitions == seq_nodes[node].transitions, "by node disagrees"
     nodes_speedup = nodes_one_wall / nodes_par_wall
@@ -202,6 +207,10 @@ def main() -> None:
         f"wall {nodes_par_wall:.2f} s vs {nodes_one_wall:.2f} s in one process = "
         f"{nodes_speedup:.2f}x speed-up on this machine"
     )
+    print(
+        f"CPU of --jobs {args.jobs} over one process (forks, warm-up and verification "
+        f"overlap): by time {par_cpu / one_cpu:.2f}x, by node {nodes_par_cpu / nodes_one_cpu:.2f}x"
+    )
     figures: dict[str, float | None] = {
         "hours": hours,
         "node_hours_per_cpu_s": rate(replay_s),
@@ -211,6 +220,8 @@ def main() -> None:
         "wall_speedup": speedup,
         "projected_speedup": projected,
         "nodes_wall_speedup": nodes_speedup,
+        "jobs_cpu_ratio": par_cpu / one_cpu,
+        "nodes_cpu_ratio": nodes_par_cpu / nodes_one_cpu,
         "promtool_node_hours_per_cpu_s": None,
     }
     if backfill is None:
@@ -218,6 +229,7 @@ def main() -> None:
     else:
         b_cpu, b_wall = backfill
         figures["promtool_node_hours_per_cpu_s"] = rate(b_cpu)
+        figures["promtool_ratio"] = rate(replay_s) / rate(b_cpu)
         print(
             f"promtool tsdb create-blocks-from openmetrics, same file: {b_cpu:.2f} CPU s "
             f"({rate(b_cpu):.2f} node-hours per CPU-second), {b_wall:.2f} s wall; replay is "
