@@ -380,13 +380,17 @@ class Engine:
         going on at a lower rate; a stall's tail or a dip inside the window
         would lower its average throughput without being one."""
         s = self._eff
+        # min() instead of any() over a generator: the same answer (the store
+        # holds finite values only) without a Python step per sample; this
+        # runs for every job GPU on every sample.
         sm = self.store.get(sig.GPU_SM, (g.gpu,))
         if sm is not None and sm.updated >= lo:
-            return any(v < s.idle_sm_ratio for v in sig.window(sm, lo, hi).values)
+            vals = sig.window(sm, lo, hi).values
+            return bool(vals) and min(vals) < s.idle_sm_ratio
         power = self.store.get(sig.GPU_POWER, (g.gpu,))
         if power is not None and g.peak_power > 0:
-            floor = s.idle_power_ratio * g.peak_power
-            return any(v < floor for v in sig.window(power, lo, hi).values)
+            vals = sig.window(power, lo, hi).values
+            return bool(vals) and min(vals) < s.idle_power_ratio * g.peak_power
         return False
 
     def _retune(self) -> None:

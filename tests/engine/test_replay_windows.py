@@ -21,17 +21,10 @@ from fabricwatch.testing.sim_scenarios import new_store
 
 
 def _walk(series: Series, start: float, end: float) -> tuple[list[float], list[float]]:
-    """Newest first back to the first point older than ``start``, as the engine defines a window."""
-    vals: list[float] = []
-    times: list[float] = []
-    for p in reversed(series.history):
-        if p.ts > end:
-            continue
-        if p.ts < start:
-            break
-        vals.append(p.value)
-        times.append(p.ts)
-    return vals[::-1], times[::-1]
+    """Newest first back to the first point older than ``start``, as the
+    engine defines a window (the point walk the readers fall back to)."""
+    w = sig._window_walk(series, start, end)
+    return list(w.values), list(w.times)
 
 
 def _means(series: Series, now: float, w: float, chunks: int) -> list[float] | None:
