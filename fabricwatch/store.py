@@ -29,6 +29,7 @@ from array import array
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import chain
+from types import MappingProxyType
 from typing import NamedTuple, overload
 
 from fabricwatch.counters import CounterState, Rate, TrackerSettings
@@ -393,6 +394,14 @@ class SnapshotStore:
     def family(self, name: str) -> Sequence[Series]:
         """Every series of one family (empty if none or undeclared)."""
         return tuple(self._by_name.get(name, {}).values())
+
+    def family_size(self, name: str) -> int:
+        """How many series family ``name`` has (0 if none or undeclared), without a copy."""
+        return len(self._by_name.get(name, ()))
+
+    def family_series(self, name: str) -> Mapping[tuple[str, ...], Series]:
+        """Family ``name``'s series by label values, read-only and live (empty if undeclared)."""
+        return MappingProxyType(self._by_name.get(name, {}))
 
     def __iter__(self) -> Iterator[Series]:
         return iter(tuple(self._series.values()))
