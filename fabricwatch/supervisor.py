@@ -316,13 +316,12 @@ class Supervisor:
         kept: list[Reading] = []
         admitted: set[tuple[str, tuple[str, ...]]] = set()
         dropped = 0
-        family_of = store.family_series
-        last_name: str | None = None
-        family: Mapping[tuple[str, ...], object] = {}
+        families: dict[str, Mapping[tuple[str, ...], object]] = {}
         for r in readings:
             r_name, labels = r[0], r[1]
-            if r_name is not last_name:
-                last_name, family = r_name, family_of(r_name)
+            family = families.get(r_name)
+            if family is None:
+                family = families[r_name] = store.family_series(r_name)
             if labels not in family:
                 key = (r_name, labels)
                 if key not in admitted:
