@@ -77,6 +77,15 @@ _GPU_SIGNALS = frozenset(
 log = structlog.get_logger("fabricwatch.daemon")
 
 
+def _freeze_startup_heap() -> None:
+    """Keep start-up objects (modules, config, collectors' tables), which live as long
+    as the process, out of every later collection; young collections only every
+    :data:`GC_YOUNG_THRESHOLD` allocations (the caller restores the thresholds)."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
+
+
 def raise_open_file_limit(want: int = 65536) -> int:
     """Raise the soft RLIMIT_NOFILE towards the hard limit; return the new soft limit.
 
@@ -262,11 +271,7 @@ class Daemon:
                 log.error("startup_failed", error=str(exc))
                 return ExitCode.CANNOT_START
             await self._wait_first_attempts()
-            # Start-up objects (modules, config, collectors' tables) live as
-            # long as the process: keep them out of every later collection.
-            gc.collect()
-            gc.freeze()
-            gc.set_threshold(GC_YOUNG_THRESHOLD, *gc_thresholds[1:])
+            _freeze_startup_heap()
             self._tasks.append(asyncio.create_task(self._tick_loop(), name="tick"))
             if self._notifier.watchdog_usec:
                 self._tasks.append(asyncio.create_task(self._watchdog_loop(), name="watchdog"))

@@ -408,8 +408,6 @@ class SwitchCollector:
             )
         present = [tb for tb, ok in zip(profile.tables, found, strict=False) if ok]
         t.tables = present
-        t.label_cache = {}
-        t.oid_plan = {}
         old = dict(t.uplink_ports)
         if t.mode == "switch":
             t.ports = {i: _port_label(t, i) for i in sorted({*t.if_names, *t.if_descrs})}
@@ -508,6 +506,7 @@ class SwitchCollector:
 
     async def _plan(self, t: _Target) -> None:
         """Work out this target's per-poll requests once per discovery."""
+        t.label_cache, t.oid_plan = {}, {}  # ports and tables may have changed
         t.get_oids = [SYS_UPTIME]
         t.walk_columns = []
         if t.mode == "switch":

@@ -149,41 +149,32 @@ class _ThresholdProbe(ScenarioCollector):
     def __init__(self, scenario: Scenario, seen: list[int]) -> None:
         super().__init__(scenario)
         self._seen = seen
+        self.enough = asyncio.Event()  # a few collections seen
 
     async def collect(self) -> Sequence[Reading]:
         self._seen.append(gc.get_threshold()[0])
+        if len(self._seen) >= 3:
+            self.enough.set()
         return await super().collect()
 
 
 async def test_running_daemon_raises_young_gc_threshold_and_restores_it(tmp_path: Path) -> None:
     seen: list[int] = []
-
-    def create(_s: CollectorSettings, _e: CollectorEnv) -> ScenarioCollector:
-        return _ThresholdProbe(Scenario(duration=60, injections=[], missing=0.0), seen)
-
+    probe = _ThresholdProbe(Scenario(duration=60, injections=[], missing=0.0), seen)
     registry: dict[str, CollectorFactory[Any]] = {
-        "sim": CollectorFactory("sim", CollectorSettings, create, "threshold probe")
+        "sim": CollectorFactory("sim", CollectorSettings, lambda _s, _e: probe, "probe")
     }
-    cfg = parse_config(
-        {
-            "daemon": {"state_dir": str(tmp_path / "state"), "node": "node1", "tick": 1.0},
-            "web": {"listen": "127.0.0.1:0"},
-            "collectors": {"sim": {"interval": 1.0}},
-        },
-        registry,
-    )
+    state, listen = str(tmp_path / "state"), "127.0.0.1:0"
+    doc = {"daemon": {"state_dir": state, "node": "n1"}, "web": {"listen": listen}}
+    cfg = parse_config({**doc, "collectors": {"sim": {"interval": 1.0}}}, registry)
     before = gc.get_threshold()
     daemon = Daemon(cfg, registry, config_path=None, clock=scaled_clock(25.0))
     task = asyncio.create_task(daemon.run())
     try:
-        for _ in range(300):  # bounded: a few collections after start-up
-            if len(seen) >= 3 or task.done():
-                break
-            await asyncio.sleep(0.05)
+        await asyncio.wait_for(probe.enough.wait(), timeout=30)
     finally:
         daemon.request_stop()
-        rc = await asyncio.wait_for(task, timeout=30)
-    assert rc == ExitCode.OK
+        assert await asyncio.wait_for(task, timeout=30) == ExitCode.OK
     assert seen[0] == before[0]  # the first collection runs before start-up ends
     assert seen[-1] == GC_YOUNG_THRESHOLD
     assert gc.get_threshold() == before

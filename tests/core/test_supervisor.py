@@ -222,17 +222,14 @@ def _cap_reference(
     earlier in this batch) is admitted while fewer than ``limit`` series exist."""
     kept: list[Reading] = []
     admitted: set[tuple[str, tuple[str, ...]]] = set()
-    dropped = 0
     for r in readings:
         key = (r.name, r.labels)
-        if key not in admitted and store.get(r.name, r.labels) is None:
-            if have >= limit:
-                dropped += 1
-                continue
-            have += 1
-            admitted.add(key)
-        kept.append(r)
-    return kept, dropped
+        new = key not in admitted and store.get(*key) is None
+        if not new or have < limit:
+            kept.append(r)
+            have += new
+            admitted |= {key} if new else set()
+    return kept, len(readings) - len(kept)
 
 
 @settings(max_examples=150, deadline=None)
