@@ -29,15 +29,16 @@ from array import array
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import chain
+from types import MappingProxyType
 from typing import NamedTuple, overload
 
 from fabricwatch.counters import CounterState, Rate, TrackerSettings
 from fabricwatch.readings import HistogramValue, MetricKind, MetricSpec, Reading
 
 SeriesKey = tuple[str, tuple[str, ...]]
-_Route = tuple[MetricSpec, dict[tuple[str, ...], "Series"], bool, bool]
-"""(spec, the family's series by labels, whether it is a counter, whether it keeps history),
-per family a collector feeds."""
+_Route = tuple[MetricSpec, dict[tuple[str, ...], "Series"], bool, bool, int, bool]
+"""(spec, the family's series by labels, whether it is a counter, whether it keeps
+history, the counter width, whether it is a histogram), per family a collector feeds."""
 
 
 class Point(NamedTuple):
@@ -237,6 +238,8 @@ class SnapshotStore:
                 self._by_name[name],
                 spec.kind is MetricKind.COUNTER,
                 keep is None or name in keep,
+                spec.bits,
+                spec.kind is MetricKind.HISTOGRAM,
             )
             for name, spec in self._specs.items()
             if collector in self._owners[name]
@@ -280,15 +283,15 @@ class SnapshotStore:
         tracker = self._tracker
         ring_floats = 2 * self._history
         blank = self._blank
-        histogram = MetricKind.HISTOGRAM
         isfinite = math.isfinite
-        accepted = 0
         oldest = self._oldest
+        seen = 0
         # Readings are unpacked, not read by attribute: it is the hottest loop
         # of the daemon (thousands of readings per second). The label count
         # is checked when a series is created: an existing series was found
         # by an equal label tuple.
         for name, labels, value, r_ts, epoch, hist in readings:
+            seen += 1
             route = routes.get(name)
             if route is None:
                 result.reject("undeclared")
@@ -296,7 +299,7 @@ class SnapshotStore:
             if not isfinite(value):
                 result.reject("not_finite")
                 continue
-            spec, family, is_counter, keep = route
+            spec, family, is_counter, keep, bits, is_histogram = route
             if is_counter and value < 0:  # valid_sample(), before the series is made or refreshed
                 result.reject("negative")
                 continue
@@ -318,16 +321,15 @@ class SnapshotStore:
                     s.counter = cs = CounterState(value, ts, epoch)
                     rate = None
                 else:
-                    rate = cs.update(value, ts, tracker, spec.bits, epoch)
+                    rate = cs.update(value, ts, tracker, bits, epoch)
                 s.value = cs.total
                 s.rate = rate
                 if rate is None:
-                    accepted += 1
                     continue
                 point = rate.per_second
             else:
                 s.value = point = value
-                if spec.kind is histogram:
+                if is_histogram:
                     s.histogram = hist
             ring = s.ring
             if ring is not None:
@@ -341,8 +343,7 @@ class SnapshotStore:
                     h = 0
                     s.full = True
                 s.head = h
-            accepted += 1
-        result.accepted = accepted
+        result.accepted = seen - result.rejected
         self._oldest = oldest
         return result
 
@@ -393,6 +394,14 @@ class SnapshotStore:
     def family(self, name: str) -> Sequence[Series]:
         """Every series of one family (empty if none or undeclared)."""
         return tuple(self._by_name.get(name, {}).values())
+
+    def family_size(self, name: str) -> int:
+        """How many series family ``name`` has (0 if none or undeclared), without a copy."""
+        return len(self._by_name.get(name, ()))
+
+    def family_series(self, name: str) -> Mapping[tuple[str, ...], Series]:
+        """Family ``name``'s series by label values, read-only and live (empty if undeclared)."""
+        return MappingProxyType(self._by_name.get(name, {}))
 
     def __iter__(self) -> Iterator[Series]:
         return iter(tuple(self._series.values()))

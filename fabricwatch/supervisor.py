@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import structlog
@@ -305,23 +305,31 @@ class Supervisor:
         if limit <= 0:
             return readings
         store = self._store
-        have = sum(len(store.family(f)) for f in self._families.get(name, ()))
+        have = sum(store.family_size(f) for f in self._families.get(name, ()))
         if have + len(readings) <= limit:
             if state.series_limited and have < limit:
                 state.series_limited = False
                 log.info("series_limit_cleared", collector=name, series=have, limit=limit)
             return readings
+        # Every cycle of a big switch-mode poller lands here: one lookup per
+        # reading in its family's dict, a key built only for a series not there.
         kept: list[Reading] = []
         admitted: set[tuple[str, tuple[str, ...]]] = set()
         dropped = 0
+        families: dict[str, Mapping[tuple[str, ...], object]] = {}
         for r in readings:
-            key = (r.name, r.labels)
-            if key not in admitted and store.get(r.name, r.labels) is None:
-                if have >= limit:
-                    dropped += 1
-                    continue
-                have += 1
-                admitted.add(key)
+            r_name, labels = r[0], r[1]
+            family = families.get(r_name)
+            if family is None:
+                family = families[r_name] = store.family_series(r_name)
+            if labels not in family:
+                key = (r_name, labels)
+                if key not in admitted:
+                    if have >= limit:
+                        dropped += 1
+                        continue
+                    have += 1
+                    admitted.add(key)
             kept.append(r)
         if dropped:
             state.series_dropped += dropped

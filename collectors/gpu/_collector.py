@@ -112,6 +112,10 @@ _COUNTERS: tuple[tuple[MetricSpec, str], ...] = (
     (PCIE_RX, "pcie_rx_bytes"),
     (PCIE_REPLAYS, "pcie_replays"),
 )
+_GAUGE_NAMES = tuple((spec.name, attr) for spec, attr in _GAUGES)
+_COUNTER_NAMES = tuple((spec.name, attr) for spec, attr in _COUNTERS)
+_new_reading = tuple.__new__
+"""``Reading(...)`` without NamedTuple's Python-level ``__new__`` (same object, all six fields)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,10 +142,40 @@ class GpuStatus:
 
 
 @dataclass(slots=True)
+class _Labels:
+    """One GPU's label tuples, made once: the same tuple objects every cycle (no
+    per-reading allocation, and the store's dict lookups match them by identity)."""
+
+    gpu: tuple[str]
+    clock_events: tuple[tuple[int, tuple[str, str]], ...]
+    ecc: tuple[tuple[str, str], tuple[str, str]]
+    remapped: tuple[tuple[str, str], tuple[str, str]]
+    links: dict[int, tuple[tuple[str, str], dict[str, tuple[str, str, str]]]]
+
+    @classmethod
+    def of(cls, gl: str) -> _Labels:
+        return cls(
+            (gl,),
+            tuple((mask, (gl, reason)) for mask, reason in CLOCK_EVENT_REASONS),
+            ((gl, "corrected"), (gl, "uncorrected")),
+            ((gl, "correctable"), (gl, "uncorrectable")),
+            {},
+        )
+
+    def link(self, gl: str, link: int) -> tuple[tuple[str, str], dict[str, tuple[str, str, str]]]:
+        """(gpu, link) labels and the per-error-kind labels of one link."""
+        got = self.links.get(link)
+        if got is None:
+            got = self.links[link] = ((gl, str(link)), {})
+        return got
+
+
+@dataclass(slots=True)
 class _Gpu:
     identity: GpuIdentity
     label: str
     info: tuple[str, ...]
+    labels: _Labels
     healthy: bool = True
     stale: bool = False
     sample: GpuSample | None = None
@@ -336,6 +370,7 @@ class GpuCollector:
                 ident,
                 str(ident.index),
                 (str(ident.index), ident.uuid, ident.model, ident.pci_bus_id),
+                _Labels.of(str(ident.index)),
             )
             for ident in identities
         ]
@@ -453,11 +488,14 @@ class GpuCollector:
         out: list[Reading] = []
         epoch = self._epoch
         all_pids: list[int] = []
+        new, add = _new_reading, out.append
+        info_name, healthy_name, stale_name = GPU_INFO.name, GPU_HEALTHY.name, STALE.name
         for g in self._gpus:
             gl = g.label
-            out.append(Reading(GPU_INFO.name, g.info, 1.0))
-            out.append(Reading(GPU_HEALTHY.name, (gl,), 1.0 if g.healthy else 0.0))
-            out.append(Reading(STALE.name, (gl,), 1.0 if g.stale else 0.0))
+            lab = g.labels.gpu
+            add(new(Reading, (info_name, g.info, 1.0, None, None, None)))
+            add(new(Reading, (healthy_name, lab, 1.0 if g.healthy else 0.0, None, None, None)))
+            add(new(Reading, (stale_name, lab, 1.0 if g.stale else 0.0, None, None, None)))
             s = g.sample
             if g.fabric is not None:
                 out.append(
@@ -469,10 +507,10 @@ class GpuCollector:
                 if s is not None and s.pids:
                     all_pids.extend(s.pids)
                 continue
-            self._sample_readings(out, gl, s, epoch)
+            self._sample_readings(out, g, s, epoch)
             if s.pids is not None:
                 all_pids.extend(s.pids)
-                out.append(Reading(GPU_PROCS.name, (gl,), float(len(s.pids))))
+                add(new(Reading, (GPU_PROCS.name, lab, float(len(s.pids)), None, None, None)))
             for job in g.jobs:
                 out.append(Reading(GPU_JOB.name, (gl, job), 1.0))
         if self._settings.jobs:
@@ -483,42 +521,49 @@ class GpuCollector:
         return out
 
     @staticmethod
-    def _sample_readings(out: list[Reading], gl: str, s: GpuSample, epoch: int) -> None:
-        lab = (gl,)
-        for spec, attr in _GAUGES:
+    def _sample_readings(out: list[Reading], g: _Gpu, s: GpuSample, epoch: int) -> None:
+        # The node's most numerous readings (18 links x 4+ per GPU, 40 more per
+        # GPU): plain tuples, without NamedTuple's Python-level __new__, with
+        # the GPU's cached label tuples.
+        new, add = _new_reading, out.append
+        labels = g.labels
+        lab = labels.gpu
+        for name, attr in _GAUGE_NAMES:
             v: Any = getattr(s, attr)
             if v is not None:
-                out.append(Reading(spec.name, lab, float(v)))
-        for spec, attr in _COUNTERS:
+                add(new(Reading, (name, lab, float(v), None, None, None)))
+        for name, attr in _COUNTER_NAMES:
             v = getattr(s, attr)
             if v is not None:
-                out.append(Reading(spec.name, lab, float(v), epoch=epoch))
+                add(new(Reading, (name, lab, float(v), None, epoch, None)))
         if s.clock_event_reasons is not None:
             bits = s.clock_event_reasons
-            for mask, reason in CLOCK_EVENT_REASONS:
-                out.append(Reading(CLOCK_EVENT.name, (gl, reason), 1.0 if bits & mask else 0.0))
+            clock_name = CLOCK_EVENT.name
+            for mask, ll in labels.clock_events:
+                add(new(Reading, (clock_name, ll, 1.0 if bits & mask else 0.0, None, None, None)))
+        corrected, uncorrected = labels.ecc
         if s.ecc_corrected is not None:
-            out.append(Reading(ECC_ERRORS.name, (gl, "corrected"), s.ecc_corrected, epoch=epoch))
+            add(new(Reading, (ECC_ERRORS.name, corrected, s.ecc_corrected, None, epoch, None)))
         if s.ecc_uncorrected is not None:
-            out.append(
-                Reading(ECC_ERRORS.name, (gl, "uncorrected"), s.ecc_uncorrected, epoch=epoch)
-            )
+            add(new(Reading, (ECC_ERRORS.name, uncorrected, s.ecc_uncorrected, None, epoch, None)))
+        correctable, uncorrectable = labels.remapped
         if s.remapped_correctable is not None:
-            out.append(Reading(REMAPPED_ROWS.name, (gl, "correctable"), s.remapped_correctable))
+            v = s.remapped_correctable
+            add(new(Reading, (REMAPPED_ROWS.name, correctable, v, None, None, None)))
         if s.remapped_uncorrectable is not None:
-            out.append(Reading(REMAPPED_ROWS.name, (gl, "uncorrectable"), s.remapped_uncorrectable))
-        # The node's most numerous readings (18 links x 4+ per GPU): built as
-        # plain tuples, without NamedTuple's Python-level __new__.
-        new, add = tuple.__new__, out.append
+            v = s.remapped_uncorrectable
+            add(new(Reading, (REMAPPED_ROWS.name, uncorrectable, v, None, None, None)))
         up_name, tx_name, rx_name, err_name = (
             NVLINK_UP.name,
             NVLINK_TX.name,
             NVLINK_RX.name,
             NVLINK_ERRORS.name,
         )
+        gl = g.label
+        link_labels = labels.links
         for ln in s.links:
-            link = str(ln.link)
-            ll = (gl, link)
+            got = link_labels.get(ln.link)
+            ll, by_kind = got if got is not None else labels.link(gl, ln.link)
             if ln.up is not None:
                 add(new(Reading, (up_name, ll, 1.0 if ln.up else 0.0, None, None, None)))
             if ln.tx_bytes is not None:
@@ -526,4 +571,7 @@ class GpuCollector:
             if ln.rx_bytes is not None:
                 add(new(Reading, (rx_name, ll, ln.rx_bytes, None, epoch, None)))
             for kind, value in ln.errors.items():
-                add(new(Reading, (err_name, (gl, link, kind), value, None, epoch, None)))
+                kl = by_kind.get(kind)
+                if kl is None:
+                    kl = by_kind[kind] = (*ll, kind)
+                add(new(Reading, (err_name, kl, value, None, epoch, None)))

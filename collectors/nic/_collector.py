@@ -155,6 +155,21 @@ _ACTIVE_STATES = (4, 5)
 
 
 _PMA_MAX = tuple((name, (1 << width) - 1) for name, width in _PMA_WIDTH.items())
+COUNTER_FILES = frozenset(
+    (
+        "port_xmit_data",
+        "port_rcv_data",
+        "port_xmit_discards",
+        *(n for n, _ in _SIMPLE_COUNTERS),
+        *_PMA_ERRORS,
+        *_PMA_WIDTH,
+        *(n for n, _ in _CONGESTION),
+        *_Q_COUNTERS,
+        *_HW_DROPS,
+    )
+)
+"""The ``counters/`` and ``hw_counters/`` files the readings come from (see
+:func:`_counter_plan`); the port readers open and read only these."""
 _new_reading = tuple.__new__
 """``Reading(...)`` without NamedTuple's Python-level ``__new__`` (same object, all six fields)."""
 _CAN_SATURATE = next(iter(SATURATED_VALUES))
@@ -331,7 +346,9 @@ class NicCollector:
             if port is None:
                 epoch = self._epochs.get(key, -1) + 1
                 self._epochs[key] = epoch
-                port = _Port(PortReader(ref, self._budget), place, key, epoch, speeds)
+                port = _Port(
+                    PortReader(ref, self._budget, COUNTER_FILES), place, key, epoch, speeds
+                )
                 self._ports[key] = port
                 self._vanished.discard(key)
             else:

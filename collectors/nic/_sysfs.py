@@ -6,6 +6,10 @@ offset 0 (sysfs regenerates the value on every read from offset 0). That is
 one syscall per counter instead of three. A bounded :class:`FdBudget` caps how
 many descriptors stay open; files over the budget are opened per read.
 
+Only the counters a caller names (``wanted``) are opened and read: a
+ConnectX port has dozens of ``hw_counters`` the product does not export, and
+each read is a system call every second.
+
 Hot-unplug: a removed sysfs attribute answers ``ENODEV`` on read and a removed
 directory fails ``stat``; either makes the port report itself gone so the
 collector drops it and rediscovers it when it comes back. Fixture trees on a
@@ -18,7 +22,7 @@ from __future__ import annotations
 import errno
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
@@ -186,13 +190,23 @@ class PortSample:
 
 
 class PortReader:
-    """Reads one RDMA port's attributes and counters; keeps the files open."""
+    """Reads one RDMA port's attributes and counters; keeps the files open.
 
-    __slots__ = ("_attrs", "_budget", "_dirs", "_link_layer", "ref")
+    Args:
+        ref: the port.
+        budget: descriptors this reader may keep open.
+        wanted: the counter file names to read (``counters/`` and
+            ``hw_counters/`` alike); None reads every file.
+    """
 
-    def __init__(self, ref: PortRef, budget: FdBudget) -> None:
+    __slots__ = ("_attrs", "_budget", "_dirs", "_link_layer", "_wanted", "ref")
+
+    def __init__(
+        self, ref: PortRef, budget: FdBudget, wanted: Collection[str] | None = None
+    ) -> None:
         self.ref = ref
         self._budget = budget
+        self._wanted = None if wanted is None else frozenset(wanted)
         self._link_layer = read_text(ref.path / "link_layer") or ""
         self._attrs = _Dir(ref.path, None)
         self._attrs.files = self._open_files(ref.path, PORT_ATTRIBUTES)
@@ -224,7 +238,12 @@ class PortReader:
     def _scan_dir(self, path: Path) -> _Dir:
         try:
             st = path.stat()
-            names = sorted(p.name for p in path.iterdir() if p.name != "lifespan")
+            wanted = self._wanted
+            names = sorted(
+                p.name
+                for p in path.iterdir()
+                if p.name != "lifespan" and (wanted is None or p.name in wanted)
+            )
         except OSError:
             return _Dir(path, None)
         d = _Dir(path, (st.st_ino, st.st_mtime_ns))
@@ -316,10 +335,12 @@ class PortReader:
         Raises:
             PortGoneError: the port went away (the caller drops this reader).
         """
-        try:
-            self.ref.path.stat()
-        except FileNotFoundError:
-            raise PortGoneError(str(self.ref.path)) from None
+        if self._dirs["counters"].signature is None:
+            # Otherwise the stat of counters/ in _refresh_dirs tells the same.
+            try:
+                self.ref.path.stat()
+            except FileNotFoundError:
+                raise PortGoneError(str(self.ref.path)) from None
         self._refresh_dirs()
         errors: list[str] = []
         attrs: dict[str, str] = {}

@@ -115,13 +115,14 @@ class _Channel(asyncio.DatagramProtocol):
         self.pending: dict[int, asyncio.Future[Any]] = {}
         self.transport: asyncio.DatagramTransport | None = None
         self.error: Exception | None = None
+        self.oids: dict[bytes, Oid] = {}  # decoded OIDs by encoding (decode_response)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
 
     def datagram_received(self, data: bytes, addr: tuple[str | Any, int]) -> None:
         try:
-            resp = decode_response(data)
+            resp = decode_response(data, self.oids)
         except ParseError as exc:
             self.stats.malformed += 1
             self.stats.last_malformed = str(exc)

@@ -116,10 +116,77 @@ class _Target:
     present: dict[str, bool] = field(default_factory=dict)
     speeds: dict[int, float] = field(default_factory=dict)  # configured, bit/s by ifIndex
     missing_said: tuple[str, ...] | None = None
+    label_cache: dict[int, _PortCache] = field(default_factory=dict)  # reset by discovery
+    oid_plan: dict[Oid, _Plan] = field(default_factory=dict)  # reset by discovery
 
     @property
     def name(self) -> str:
         return self.cfg.name
+
+
+_Key = tuple[str, str, int]
+"""A port counter of :class:`_PortData`: (signal, direction, sub-index)."""
+
+_SKIP, _ECN, _IF, _UPTIME, _COUNTER, _ORPHAN = range(6)
+_Plan = tuple[int, int, str, _Key | None, Table | None]
+"""What a polled OID is, worked out once per discovery (it depends only on the OID
+and the target's tables and ports): (kind, ifIndex, IF-MIB column name, counter
+key, table)."""
+_PLAN_SKIP: _Plan = (_SKIP, 0, "", None, None)
+_PLAN_CAP = 1 << 18
+"""OIDs whose plan is kept per target (a 512-port switch polls ~21 000)."""
+
+
+@dataclass(slots=True)
+class _PortCache:
+    """One port's label tuples and rate-tracker keys, made once per discovery: every
+    poll (512 ports x ~50 readings in switch mode) reuses the same tuples."""
+
+    port: str
+    sp: tuple[str, str]
+    by_dir: dict[str, tuple[str, str, str]]
+    octets: dict[str, tuple[str, int, str]]
+    by_key: dict[_Key, tuple[tuple[str, ...], tuple[object, ...]]] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, sw: str, port: str, if_index: int) -> _PortCache:
+        return cls(
+            port,
+            (sw, port),
+            {d: (sw, port, d) for d in ("rx", "tx")},
+            {n: (sw, if_index, n) for n in ("in_octets", "out_octets")},
+        )
+
+    def counter(
+        self, sw: str, if_index: int, key: _Key, tb: Table
+    ) -> tuple[tuple[str, ...], tuple[object, ...]]:
+        """(labels, rate key) of one port counter."""
+        got = self.by_key.get(key)
+        if got is None:
+            signal, direction, sub = key
+            labels: tuple[str, ...]
+            if signal in ("pfc_frames", "pfc_duration"):
+                labels = (sw, self.port, str(sub), direction)
+                rate_key: tuple[object, ...] = (sw, if_index, signal, direction, sub)
+            elif signal == "queue_drops":
+                labels = (sw, self.port, tb.queue_label(sub))
+                rate_key = ()
+            else:  # pfc_total_frames, link_pause_frames: per direction
+                labels = self.by_dir.get(direction) or (sw, self.port, direction)
+                rate_key = (sw, if_index, signal, direction)
+            got = self.by_key[key] = (labels, rate_key)
+        return got
+
+
+_new_reading = tuple.__new__
+"""``Reading(...)`` without NamedTuple's Python-level ``__new__`` (same object, all six fields)."""
+_OCTETS = (("in_octets", fam.SW_RX_BYTES.name, "rx"), ("out_octets", fam.SW_TX_BYTES.name, "tx"))
+_DROPS = (
+    ("in_discards", fam.SW_DISCARDS.name, "rx"),
+    ("out_discards", fam.SW_DISCARDS.name, "tx"),
+    ("in_errors", fam.SW_ERRORS.name, "rx"),
+    ("out_errors", fam.SW_ERRORS.name, "tx"),
+)
 
 
 def _port_label(t: _Target, if_index: int) -> str:
@@ -439,6 +506,7 @@ class SwitchCollector:
 
     async def _plan(self, t: _Target) -> None:
         """Work out this target's per-poll requests once per discovery."""
+        t.label_cache, t.oid_plan = {}, {}  # ports and tables may have changed
         t.get_oids = [SYS_UPTIME]
         t.walk_columns = []
         if t.mode == "switch":
@@ -483,9 +551,19 @@ class SwitchCollector:
         ts = self._env.monotonic()
         return self._readings(t, varbinds, ts)
 
-    def _readings(self, t: _Target, varbinds: Iterable[VarBind], ts: float) -> list[Reading]:
+    @staticmethod
+    def _plan_oid(t: _Target, oid: Oid) -> _Plan:
+        """What one polled OID is for this target (see :data:`_Plan`)."""
         assert t.profile is not None
-        count = t.profile.priority_count
+        if t.cbqos and oid[: len(_cbqos.ECN_MARK_PKT64)] == _cbqos.ECN_MARK_PKT64:
+            return (_ECN, 0, "", None, None)
+        known = t.ports
+        head = oid[:-1]
+        name = IF_COLUMNS.get(head)
+        if name is not None:
+            return (_IF, oid[-1], name, None, None) if oid[-1] in known else _PLAN_SKIP
+        if oid == SYS_UPTIME:
+            return (_UPTIME, 0, "", None, None)
         by_col: dict[Oid, tuple[Table, int]] = {}
         lengths: set[int] = set()
         for tb in t.tables:
@@ -494,51 +572,63 @@ class SwitchCollector:
                 lengths.add(len(tb.column))
             for k, c in enumerate(tb.columns):
                 by_col[c] = (tb, k)
+        hit = by_col.get(head)
+        if hit is not None and hit[1] >= 0:  # column-per-sub layout
+            tb, sub = hit
+            if_index = oid[-1]
+        else:
+            for n in lengths:
+                hit = by_col.get(oid[:n])
+                if hit is not None and len(oid) > n:
+                    break
+            else:
+                return _PLAN_SKIP
+            tb = hit[0]
+            if_index, rest = oid[n], oid[n + 1 :]
+            m = tb.match_suffix(rest, t.profile.priority_count)
+            if m is None:
+                return _PLAN_SKIP
+            sub = m
+        if if_index not in known:
+            return (_ORPHAN, 0, "", None, None)
+        return (_COUNTER, if_index, "", (tb.signal, tb.direction, sub), tb)
+
+    def _readings(self, t: _Target, varbinds: Iterable[VarBind], ts: float) -> list[Reading]:
+        assert t.profile is not None
         ports: dict[int, _PortData] = {}
         uptime: int | None = None
         orphans = 0
-        known = t.ports
         ecn_vbs: list[VarBind] = []
-        ecn_col, ecn_n = _cbqos.ECN_MARK_PKT64, len(_cbqos.ECN_MARK_PKT64)
+        known = t.ports
+        plans = t.oid_plan
         for oid, value in varbinds:
             if not isinstance(value, int) or isinstance(value, bool):
                 continue
-            if t.cbqos and oid[:ecn_n] == ecn_col:
-                ecn_vbs.append((oid, value))
-                continue
-            head = oid[:-1]
-            name = IF_COLUMNS.get(head)
-            if name is not None:
-                if oid[-1] in known:
-                    ports.setdefault(oid[-1], _PortData()).values[name] = value
-                continue
-            if oid == SYS_UPTIME:
-                uptime = value
-                continue
-            hit = by_col.get(head)
-            if hit is not None and hit[1] >= 0:  # column-per-sub layout
-                tb, sub = hit
-                if_index = oid[-1]
-            else:
-                for n in lengths:
-                    hit = by_col.get(oid[:n])
-                    if hit is not None and len(oid) > n:
-                        break
-                else:
-                    continue
-                tb = hit[0]
-                if_index, rest = oid[n], oid[n + 1 :]
-                m = tb.match_suffix(rest, count)
-                if m is None:
-                    continue
-                sub = m
-            if if_index not in known:
+            plan = plans.get(oid)
+            if plan is None:
+                plan = self._plan_oid(t, oid)
+                if len(plans) < _PLAN_CAP:
+                    plans[oid] = plan
+            kind = plan[0]
+            if kind == _COUNTER:
+                if_index, key, tb = plan[1], plan[3], plan[4]
+                assert key is not None and tb is not None
+                pd = ports.get(if_index)
+                if pd is None:
+                    pd = ports[if_index] = _PortData()
+                prev = pd.counters.get(key)
+                pd.counters[key] = (value + (prev[0] if prev else 0), tb)
+            elif kind == _IF:
+                pd = ports.get(plan[1])
+                if pd is None:
+                    pd = ports[plan[1]] = _PortData()
+                pd.values[plan[2]] = value
+            elif kind == _ORPHAN:
                 orphans += 1
-                continue
-            key = (tb.signal, tb.direction, sub)
-            pd = ports.setdefault(if_index, _PortData())
-            prev = pd.counters.get(key)
-            pd.counters[key] = (value + (prev[0] if prev else 0), tb)
+            elif kind == _UPTIME:
+                uptime = value
+            elif kind == _ECN:
+                ecn_vbs.append((oid, value))
         t.orphans = orphans
         self._uptime(t, uptime)
         self._say_missing(t, ports)
@@ -624,9 +714,13 @@ class SwitchCollector:
         self, t: _Target, if_index: int, pd: _PortData, ts: float, out: list[Reading]
     ) -> None:
         sw, port = t.name, t.ports[if_index]
+        pc = t.label_cache.get(if_index)
+        if pc is None or pc.port != port:
+            pc = t.label_cache[if_index] = _PortCache.of(sw, port, if_index)
+        new, push = _new_reading, out.append
         v = pd.values
         epoch = (t.boot << 32) | (v.get("disc", 0) & 0xFFFFFFFF)
-        sp = (sw, port)
+        sp, by_dir = pc.sp, pc.by_dir
         oper = v.get("oper")
         if oper is not None:
             prev = t.oper.get(if_index)
@@ -637,96 +731,60 @@ class SwitchCollector:
                     "switch_port_oper_changed", switch=sw, port=port, up=oper == 1, flaps=flaps
                 )
             t.oper[if_index] = oper
-            out.append(Reading(fam.SW_PORT_UP.name, sp, 1.0 if oper == 1 else 0.0, ts=ts))
-            out.append(Reading(fam.SW_PORT_FLAPS.name, sp, float(flaps), ts=ts))
+            push(new(Reading, (fam.SW_PORT_UP.name, sp, 1.0 if oper == 1 else 0.0, ts, None, None)))
+            push(new(Reading, (fam.SW_PORT_FLAPS.name, sp, float(flaps), ts, None, None)))
         speed_bps = self._speed_bps(t, if_index, pd)
         if speed_bps > 0:
-            out.append(Reading(fam.SW_SPEED.name, sp, speed_bps / 8, ts=ts))
-        for name, spec, direction in (
-            ("in_octets", fam.SW_RX_BYTES, "rx"),
-            ("out_octets", fam.SW_TX_BYTES, "tx"),
-        ):
+            push(new(Reading, (fam.SW_SPEED.name, sp, speed_bps / 8, ts, None, None)))
+        for name, family, direction in _OCTETS:
             if name in v:
-                out.append(Reading(spec.name, sp, float(v[name]), ts=ts, epoch=epoch))
-                rate = self._rate((sw, if_index, name), v[name], ts, 64, epoch)
+                push(new(Reading, (family, sp, float(v[name]), ts, epoch, None)))
+                rate = self._rate(pc.octets[name], v[name], ts, 64, epoch)
                 if rate is not None and speed_bps > 0:
-                    out.append(
-                        Reading(
-                            fam.SW_UTILIZATION.name,
-                            (sw, port, direction),
-                            min(1.0, rate * 8 / speed_bps),
-                            ts=ts,
+                    util = min(1.0, rate * 8 / speed_bps)
+                    push(
+                        new(
+                            Reading,
+                            (fam.SW_UTILIZATION.name, by_dir[direction], util, ts, None, None),
                         )
                     )
-        for name, spec, direction in (
-            ("in_discards", fam.SW_DISCARDS, "rx"),
-            ("out_discards", fam.SW_DISCARDS, "tx"),
-            ("in_errors", fam.SW_ERRORS, "rx"),
-            ("out_errors", fam.SW_ERRORS, "tx"),
-        ):
+        for name, family, direction in _DROPS:
             if name in v:
-                out.append(
-                    Reading(spec.name, (sw, port, direction), float(v[name]), ts=ts, epoch=epoch)
-                )
+                push(new(Reading, (family, by_dir[direction], float(v[name]), ts, epoch, None)))
         c = pd.counters
-        for (signal, direction, sub), (value, tb) in c.items():
-            labels: tuple[str, ...]
+        for key, (value, tb) in c.items():
+            signal, direction, sub = key
+            labels, rate_key = pc.counter(sw, if_index, key, tb)
             if signal == "pfc_frames":
-                labels = (sw, port, str(sub), direction)
-                out.append(
-                    Reading(fam.SW_PFC_FRAMES.name, labels, float(value), ts=ts, epoch=epoch)
-                )
+                push(new(Reading, (fam.SW_PFC_FRAMES.name, labels, float(value), ts, epoch, None)))
                 dur = c.get(("pfc_duration", direction, sub))
                 if dur is not None:
                     continue  # the ratio comes from the duration counter
-                rate = self._rate((sw, if_index, signal, direction, sub), value, ts, tb.bits, epoch)
+                rate = self._rate(rate_key, value, ts, tb.bits, epoch)
                 if rate is not None and speed_bps > 0:
                     ratio = min(1.0, rate * PAUSE_QUANTUM_BITS / speed_bps)
-                    out.append(Reading(fam.SW_PFC_RATIO.name, labels, ratio, ts=ts))
+                    push(new(Reading, (fam.SW_PFC_RATIO.name, labels, ratio, ts, None, None)))
             elif signal == "pfc_duration":
-                labels = (sw, port, str(sub), direction)
-                out.append(
-                    Reading(fam.SW_PFC_SECONDS.name, labels, value * tb.unit, ts=ts, epoch=epoch)
-                )
-                rate = self._rate((sw, if_index, signal, direction, sub), value, ts, tb.bits, epoch)
+                seconds = value * tb.unit
+                push(new(Reading, (fam.SW_PFC_SECONDS.name, labels, seconds, ts, epoch, None)))
+                rate = self._rate(rate_key, value, ts, tb.bits, epoch)
                 if rate is not None:
-                    out.append(
-                        Reading(fam.SW_PFC_RATIO.name, labels, min(1.0, rate * tb.unit), ts=ts)
-                    )
+                    ratio = min(1.0, rate * tb.unit)
+                    push(new(Reading, (fam.SW_PFC_RATIO.name, labels, ratio, ts, None, None)))
             elif signal == "pfc_total_frames":
-                labels = (sw, port, direction)
-                out.append(
-                    Reading(
-                        sig.PORT_PFC_PAUSE_FRAMES.name, labels, float(value), ts=ts, epoch=epoch
-                    )
+                frames = float(value)
+                push(
+                    new(Reading, (sig.PORT_PFC_PAUSE_FRAMES.name, labels, frames, ts, epoch, None))
                 )
-                rate = self._rate((sw, if_index, signal, direction), value, ts, tb.bits, epoch)
+                rate = self._rate(rate_key, value, ts, tb.bits, epoch)
                 if rate is not None and speed_bps > 0:
-                    out.append(
-                        Reading(
-                            sig.PORT_PFC_PAUSE_RATIO.name,
-                            labels,
-                            min(1.0, rate * PAUSE_QUANTUM_BITS / speed_bps),
-                            ts=ts,
-                        )
+                    ratio = min(1.0, rate * PAUSE_QUANTUM_BITS / speed_bps)
+                    push(
+                        new(Reading, (sig.PORT_PFC_PAUSE_RATIO.name, labels, ratio, ts, None, None))
                     )
             elif signal == "link_pause_frames":
-                out.append(
-                    Reading(
-                        fam.SW_LINK_PAUSE_FRAMES.name,
-                        (sw, port, direction),
-                        float(value),
-                        ts=ts,
-                        epoch=epoch,
-                    )
-                )
+                frames = float(value)
+                push(new(Reading, (fam.SW_LINK_PAUSE_FRAMES.name, labels, frames, ts, epoch, None)))
             elif signal == "queue_drops":
-                out.append(
-                    Reading(
-                        fam.SW_QUEUE_DROPS.name,
-                        (sw, port, tb.queue_label(sub)),
-                        float(value),
-                        ts=ts,
-                        epoch=epoch,
-                    )
-                )
+                drops = float(value)
+                push(new(Reading, (fam.SW_QUEUE_DROPS.name, labels, drops, ts, epoch, None)))

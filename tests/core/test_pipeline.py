@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import gc
 import json
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -17,7 +18,7 @@ from standardwebhooks import Webhook
 from fabricwatch.clock import scaled_clock
 from fabricwatch.collector import CollectorEnv, CollectorFactory, CollectorSettings
 from fabricwatch.config import parse_config
-from fabricwatch.daemon import Daemon
+from fabricwatch.daemon import GC_YOUNG_THRESHOLD, Daemon
 from fabricwatch.engine import signals
 from fabricwatch.errors import ExitCode
 from fabricwatch.readings import MetricSpec, Reading
@@ -140,3 +141,40 @@ def _incident(page: dict[str, Any]) -> dict[str, Any]:
     data = page["data"]
     assert isinstance(data, dict)
     return data
+
+
+class _ThresholdProbe(ScenarioCollector):
+    """Records the collector's young-generation threshold at each collection."""
+
+    def __init__(self, scenario: Scenario, seen: list[int]) -> None:
+        super().__init__(scenario)
+        self._seen = seen
+        self.enough = asyncio.Event()  # a few collections seen
+
+    async def collect(self) -> Sequence[Reading]:
+        self._seen.append(gc.get_threshold()[0])
+        if len(self._seen) >= 3:
+            self.enough.set()
+        return await super().collect()
+
+
+async def test_running_daemon_raises_young_gc_threshold_and_restores_it(tmp_path: Path) -> None:
+    seen: list[int] = []
+    probe = _ThresholdProbe(Scenario(duration=60, injections=[], missing=0.0), seen)
+    registry: dict[str, CollectorFactory[Any]] = {
+        "sim": CollectorFactory("sim", CollectorSettings, lambda _s, _e: probe, "probe")
+    }
+    state, listen = str(tmp_path / "state"), "127.0.0.1:0"
+    doc = {"daemon": {"state_dir": state, "node": "n1"}, "web": {"listen": listen}}
+    cfg = parse_config({**doc, "collectors": {"sim": {"interval": 1.0}}}, registry)
+    before = gc.get_threshold()
+    daemon = Daemon(cfg, registry, config_path=None, clock=scaled_clock(25.0))
+    task = asyncio.create_task(daemon.run())
+    try:
+        await asyncio.wait_for(probe.enough.wait(), timeout=30)
+    finally:
+        daemon.request_stop()
+        assert await asyncio.wait_for(task, timeout=30) == ExitCode.OK
+    assert seen[0] == before[0]  # the first collection runs before start-up ends
+    assert seen[-1] == GC_YOUNG_THRESHOLD
+    assert gc.get_threshold() == before

@@ -9,6 +9,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fabricwatch.collector import Collector, CollectorSettings, StartupPolicy
 from fabricwatch.errors import SourceAbsentError
@@ -192,3 +194,66 @@ async def test_collectors_are_spread_over_the_interval_after_their_first_collect
     assert second == sorted(second)
     gaps = [b - a for a, b in itertools.pairwise(second)]
     assert all(g >= 0.9 * interval / 4 for g in gaps), gaps
+
+
+class _Rows:
+    """A collector of one two-label family (for the series cap)."""
+
+    name = "rows"
+    spec = MetricSpec("fabricwatch_test_rows", MetricKind.GAUGE, "rows", ("a", "b"))
+
+    def metrics(self) -> Sequence[MetricSpec]:
+        return [self.spec]
+
+    async def start(self) -> None:
+        return None
+
+    async def collect(self) -> Sequence[Reading]:
+        return []
+
+    async def close(self) -> None:
+        return None
+
+
+def _cap_reference(
+    store: SnapshotStore, readings: Sequence[Reading], have: int, limit: int
+) -> tuple[list[Reading], int]:
+    """The cap's rule, plainly: a reading of a series not in the store (nor admitted
+    earlier in this batch) is admitted while fewer than ``limit`` series exist."""
+    kept: list[Reading] = []
+    admitted: set[tuple[str, tuple[str, ...]]] = set()
+    for r in readings:
+        key = (r.name, r.labels)
+        new = key not in admitted and store.get(*key) is None
+        if not new or have < limit:
+            kept.append(r)
+            have += new
+            admitted |= {key} if new else set()
+    return kept, len(readings) - len(kept)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    existing=st.integers(0, 30),
+    limit=st.integers(1, 40),
+    rows=st.lists(st.tuples(st.integers(0, 50), st.booleans()), max_size=60),
+)
+def test_series_cap_keeps_what_the_plain_rule_keeps(
+    existing: int, limit: int, rows: list[tuple[int, bool]]
+) -> None:
+    store = SnapshotStore()
+    sup = Supervisor(store, max_series=limit)
+    collector = _Rows()
+    sup.add(collector, CollectorSettings())
+    name = collector.spec.name
+    store.ingest("rows", [Reading(name, (str(i), "x"), 1.0) for i in range(existing)], 0.0)
+    # Other families' names (undeclared here) never count as this collector's series.
+    readings = [
+        Reading(name if ours else "fabricwatch_test_other", (str(i), "x"), float(i))
+        for i, ours in rows
+    ]
+    want, dropped = _cap_reference(store, readings, existing, limit)
+    state = sup.states[0]
+    got = sup._cap("rows", readings, state)
+    assert list(got) == want
+    assert state.series_dropped == dropped

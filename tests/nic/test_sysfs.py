@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from fabricwatch.collectors.nic import _collector as nic_collector
+from fabricwatch.collectors.nic._collector import COUNTER_FILES
 from fabricwatch.collectors.nic._sysfs import (
     FdBudget,
     PortGoneError,
@@ -85,6 +87,45 @@ def test_real_h100_layout_parses(h100_tree: Path) -> None:
     assert "np_cnp_sent" not in bond.hw_counters  # firmware without cc_query_allowed
 
 
+def test_wanted_counters_read_only_those_files_with_equal_values(h100_tree: Path) -> None:
+    for ref in discover_ports(h100_tree):
+        every, wanted = FdBudget(10_000), FdBudget(10_000)
+        full = PortReader(ref, every).read()
+        part = PortReader(ref, wanted, COUNTER_FILES).read()
+        assert part.counters == {k: v for k, v in full.counters.items() if k in COUNTER_FILES}
+        assert part.hw_counters == {k: v for k, v in full.hw_counters.items() if k in COUNTER_FILES}
+        assert (part.state, part.phys_state, part.rate_bps) == (
+            full.state,
+            full.phys_state,
+            full.rate_bps,
+        )
+        assert part.has_hw_counters == full.has_hw_counters
+        # Fewer descriptors held: the unexported counters were never opened.
+        read_all = len(full.counters) + len(full.hw_counters)
+        assert wanted.free - every.free == read_all - len(part.counters) - len(part.hw_counters)
+        assert wanted.free > every.free
+
+
+def _add_packets(tree: Path, n: int) -> None:
+    for path in tree.rglob("port_rcv_packets"):
+        path.write_text(f"{int(path.read_text()) + n}\n")
+
+
+async def test_collector_readings_equal_reading_every_counter_file(
+    h100_tree: Path, harness: Callable[..., Harness], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    plain = {"ethtool": False, "ethtool_stats_dir": None}
+    only = await harness(plain, sys_root=h100_tree).start()
+    monkeypatch.setattr(nic_collector, "COUNTER_FILES", None)  # readers open every file
+    every = await harness(plain, sys_root=h100_tree).start()
+    for _ in range(3):
+        # Both collectors share the harness clock: the second sees it one tick later.
+        a = await only.cycle(0.5)
+        b = await every.cycle(0.5)
+        assert [(r.name, r.labels, r.value) for r in a] == [(r.name, r.labels, r.value) for r in b]
+        _add_packets(h100_tree, 1000)
+
+
 async def test_real_h100_layout_through_collector(
     h100_tree: Path, harness: Callable[..., Harness]
 ) -> None:
@@ -135,6 +176,20 @@ def test_descriptor_budget_does_not_change_values(tmp_path: Path, budget: int) -
     assert reader.read().hw_counters["c3"] == 33
     reader.close()
     assert b.free == budget
+
+
+def test_removed_port_without_counters_dir_raises_port_gone(tmp_path: Path) -> None:
+    port = tmp_path / "class" / "infiniband" / "mlx5_0" / "ports" / "1"
+    port.mkdir(parents=True)
+    (port / "state").write_text("4: ACTIVE\n")
+    [ref] = discover_ports(tmp_path)
+    reader = PortReader(ref, FdBudget(100))
+    assert reader.read().state == (4, "ACTIVE")
+    (port / "state").unlink()
+    port.rmdir()
+    with pytest.raises(PortGoneError):
+        reader.read()
+    reader.close()
 
 
 def test_removed_port_raises_port_gone(tmp_path: Path) -> None:

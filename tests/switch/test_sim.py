@@ -246,3 +246,38 @@ async def test_switch_mode_polls_every_port_and_discovery_logs_changes(
         await h2.poll()
     changed = [e for e in logs if e["event"] == "switch_uplinks_changed"]
     assert changed and changed[0]["added"] == ["Ethernet8"]
+
+
+def _series(h: Harness) -> dict[tuple[str, tuple[str, ...]], tuple[float, float | None]]:
+    return {
+        (s.spec.name, s.labels): (s.value, None if s.rate is None else s.rate.per_second)
+        for s in h.store
+    }
+
+
+@pytest.mark.parametrize("mode", ["node", "switch"])
+async def test_cached_oid_plans_and_labels_equal_fresh_ones(
+    sim: tuple[SimSwitch, SimAgent],
+    clock: ManualClock,
+    tmp_path: Path,
+    make_harness: Callable[..., Harness],
+    mode: str,
+) -> None:
+    sw, agent = sim
+    warm = make_harness([_target(tmp_path, agent, mode=mode)], clock=clock)
+    cold = make_harness([_target(tmp_path, agent, mode=mode)], clock=clock)
+    for h in (warm, cold):
+        await h.collector.start()
+    for k in range(6):
+        if k == 2:
+            sw.pfc_storm("Ethernet0", priority=3, direction="rx", fraction=0.5)
+        state = cold.collector.target_state("leaf1")
+        state.oid_plan.clear()  # what each OID is, worked out again this poll
+        state.label_cache.clear()
+        await warm.poll()
+        await cold.poll()
+        assert len(warm.collector.target_state("leaf1").oid_plan) > 0
+        assert _series(warm) == _series(cold)
+        clock.advance(1.0)
+    ratio = warm.value(RATIO, "leaf1", "Ethernet0", "3", "rx")
+    assert ratio == pytest.approx(0.5, abs=0.01)

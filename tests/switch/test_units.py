@@ -102,6 +102,32 @@ def _response() -> bytes:
     )
 
 
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.lists(oids.filter(lambda o: len(o) >= 2), min_size=1, max_size=8), max_size=6))
+def test_oid_cache_decodes_equal_to_no_cache(polls: list[list[tuple[int, ...]]]) -> None:
+    cache: dict[bytes, tuple[int, ...]] = {}
+    for k, batch in enumerate(polls + polls):  # every poll twice: the second from the cache
+        wire = encode_response(b"c", k, [(o, 0x43, enc_unsigned(k)) for o in batch])
+        cached, plain = decode_response(wire, cache), decode_response(wire)
+        assert cached.varbinds == plain.varbinds
+        assert cached.request_id == plain.request_id == k
+    assert len(cache) == len({o for batch in polls for o in batch})
+
+
+def test_oid_cache_keeps_no_undecodable_oid() -> None:
+    cache: dict[bytes, tuple[int, ...]] = {}
+    data = _response()
+    bad = data.replace(
+        b"\x06\x08\x2b\x06\x01\x02\x01\x01\x03\x00", b"\x06\x08\x2b\x06\x01\x02\x01\x01\x03\x80"
+    )
+    assert bad != data
+    with pytest.raises(ParseError, match="truncated OBJECT IDENTIFIER"):
+        decode_response(bad, cache)
+    assert cache == {}
+    assert decode_response(data, cache).varbinds == decode_response(data).varbinds
+    assert len(cache) == 2
+
+
 def test_every_truncation_is_a_parse_error() -> None:
     data = _response()
     assert decode_response(data).varbinds[0][1] == 99
