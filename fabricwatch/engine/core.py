@@ -105,6 +105,11 @@ class _Episode:
     lead: float = 0.0
     # Each GPU's job-mates (job labels live, co-activity in replay).
     peers: Mapping[str, frozenset[str]] | None = None
+    # Causes with evidence when the incident opened. A slowdown's evidence
+    # windows slide with it, so every cause soon reads as "after the onset";
+    # a cause first seen later (a checkpoint in the middle of a congestion
+    # slowdown) is secondary evidence and never replaces these.
+    open_causes: frozenset[Cause] = frozenset()
 
 
 class Engine:
@@ -683,10 +688,15 @@ class Engine:
             ep.next_score = now + s.rescore_every
             attr, missing = self._score(ep, now)
             settled = now - ep.onset >= max(5.0, 2.0 * self.spacing, 3.0 * self.tick_s)
-            if (attr.cause is not Cause.UNKNOWN or (settled and may_fall_to_unknown)) and (
-                attr.cause != inc.cause
-                or attr.culprit.key != inc.culprit.key
-                or abs(attr.confidence - inc.confidence) >= 0.1
+            later = ep.kind == "slowdown" and attr.cause not in ep.open_causes | {inc.cause}
+            if (
+                not later
+                and (attr.cause is not Cause.UNKNOWN or (settled and may_fall_to_unknown))
+                and (
+                    attr.cause != inc.cause
+                    or attr.culprit.key != inc.culprit.key
+                    or abs(attr.confidence - inc.confidence) >= 0.1
+                )
             ):
                 changed = True
                 inc = replace(
@@ -782,6 +792,7 @@ class Engine:
     ) -> None:
         s = self._eff
         ep.next_score = now + s.rescore_every
+        ep.open_causes = frozenset(e.cause for e in attr.evidence if e.score >= s.min_evidence)
         gpus = tuple(sorted(ep.gpus, key=_gpu_order))
         jobs = [g.job for g in bad if g.job]
         job = max(sorted(set(jobs)), key=jobs.count) if jobs else ""

@@ -432,3 +432,31 @@ def test_an_nfs_export_named_like_a_disk_keeps_the_remote_latency_floor() -> Non
     assert _latency_floor("//filer/nvme0", st) == st.storage_latency_min
     assert _latency_floor("sda", st) == st.storage_latency_min_disk
     assert _latency_floor("nvme0n1", st) == st.storage_latency_min_nvme
+
+
+def test_a_checkpoint_in_the_middle_of_a_congestion_slowdown_stays_secondary() -> None:
+    # F3 / mechanism 8 on the slowdown path (held-out seed 31337, concurrent):
+    # the job computes at about half its rate under heavy ECN, then writes a
+    # checkpoint while it runs slowly on. A slowdown's windows slide with it,
+    # so the ECN evidence soon reads "after the onset" as much as the write;
+    # what was present when it opened stays the cause.
+    totals: dict[str, float] = {}
+    out: list[Sample] = []
+    for k in range(1, 1401):
+        t = float(k)
+        ts = T0 + t + 0.1
+        slow = 1000 <= t < 1100
+        for g in range(8):
+            sm = (0.4 if slow else 0.8) + 0.01 * math.sin(7 * t + g)
+            out.append((ts, sig.GPU_SM, (str(g),), sm))
+            out.append((ts, sig.GPU_MEM, (str(g),), 60e9))
+            out.append((ts, sig.GPU_POWER, (str(g),), 80 + 600 * sm))
+        ecn = 40_000.0 if 998 <= t < 1100 else 10.0
+        out.append((ts + 0.1, sig.NIC_ECN, ("mlx5_1", "1"), counter(totals, "e", ecn, 1.0)))
+        write = 2e9 if 1030 <= t < 1070 else 5e6
+        out.append((ts + 0.3, sig.ST_WRITE_BYTES, ("ckpt",), counter(totals, "w", write, 1.0)))
+    out.sort(key=lambda s: s[0])
+    trs = run_replay(out).transitions
+    assert {(tr.incident.kind, tr.incident.cause) for tr in trs} == {
+        ("slowdown", "ecn_congestion")
+    }, [tr.incident.summary for tr in trs]
