@@ -460,3 +460,30 @@ def test_a_checkpoint_in_the_middle_of_a_congestion_slowdown_stays_secondary() -
     assert {(tr.incident.kind, tr.incident.cause) for tr in trs} == {
         ("slowdown", "ecn_congestion")
     }, [tr.incident.summary for tr in trs]
+
+
+def test_a_hang_at_a_quarter_of_the_observed_peak_power_is_a_stall() -> None:
+    # F2 (crosscheck 3055:xid:two_jobs:15): 15 s samples, no SM activity and
+    # no power limit, so power against its observed peak is the work signal.
+    # The job's fast rhythm averages its draw to ~0.7 of the limit, so the
+    # hung kernels' draw (a quarter above idle) reads 0.27 of the peak: above
+    # idle_power_ratio, "slow" rather than stalled. GPU 2, fallen idle with
+    # its XID, shows the node's idle draw; power above that is the work.
+    # Job 2 (GPUs 4-7) runs a low-power phase at 0.4 of its peak meanwhile.
+    out: list[Sample] = []
+    for k in range(1, 241):
+        t = 15.0 * k
+        ts = T0 + t + 0.3
+        for g in range(8):
+            watts = 490.0 * (1 + 0.05 * math.sin(1.3 * k + g))
+            if g < 4 and 1500 <= t < 1600:
+                watts = 112.0 if g == 2 else 140.0
+            elif g >= 4 and 2400 <= t < 2600:
+                watts = 200.0
+            out.append((ts, sig.GPU_POWER, (str(g),), watts))
+            out.append((ts, sig.GPU_MEM, (str(g),), 60e9))
+        out.append((ts, sig.GPU_XID, ("2", "63"), 1.0 if t >= 1500 else 0.0))
+    incs = replay(sorted(out, key=lambda s: s[0]))
+    assert [(i.kind, i.cause, i.culprit.key, i.gpus) for i in incs] == [
+        ("stall", "gpu_fault", "gpu:2", ("0", "1", "2", "3"))
+    ], [i.summary for i in incs]
