@@ -315,34 +315,31 @@ def test_latency_ramping_up_over_sixty_seconds_is_slow_storage() -> None:
 # Held-out false alarms and failure classes found by engine_eval (seeds 31337, 4242)
 
 
-def test_a_write_burst_that_ended_as_a_dip_began_is_no_checkpoint_stall() -> None:
-    # F4: a background write burst of 4 s ends as a 2.5 s evaluation dip
-    # begins. Nobody waited for that write; a checkpoint is written while the
-    # GPUs wait.
+def _write_burst(lo: float, hi: float) -> Extra:
+    """2 GB/s written to nvme0n1 in [lo, hi) seconds, 5 MB/s otherwise."""
     totals: dict[str, float] = {}
 
     def disk(t: float, out: list[Sample]) -> None:
-        rate = 2e9 if 996 <= t < 1000 else 5e6
+        rate = 2e9 if lo <= t < hi else 5e6
         out.append(
             (T0 + t + 0.4, sig.ST_WRITE_BYTES, ("nvme0n1",), counter(totals, "w", rate, 1.0))
         )
 
-    incs = replay(node(1.0, 1200, (1000, 1002.5), extra=disk))
+    return disk
+
+
+def test_a_write_burst_that_ended_as_a_dip_began_is_no_checkpoint_stall() -> None:
+    # F4: a background write burst of 4 s ends as a 2.5 s evaluation dip
+    # begins. Nobody waited for that write; a checkpoint is written while the
+    # GPUs wait.
+    incs = replay(node(1.0, 1200, (1000, 1002.5), extra=_write_burst(996, 1000)))
     assert incs == [], [i.summary for i in incs]
 
 
 def test_a_checkpoint_written_while_the_gpus_wait_opens_at_once() -> None:
     # The counterpart: the same write, starting with the stall, is a
     # checkpoint stall and opens within two samples.
-    totals: dict[str, float] = {}
-
-    def disk(t: float, out: list[Sample]) -> None:
-        rate = 2e9 if 1000 <= t < 1006 else 5e6
-        out.append(
-            (T0 + t + 0.4, sig.ST_WRITE_BYTES, ("nvme0n1",), counter(totals, "w", rate, 1.0))
-        )
-
-    res = run_replay(node(1.0, 1200, (1000, 1008), extra=disk))
+    res = run_replay(node(1.0, 1200, (1000, 1008), extra=_write_burst(1000, 1006)))
     opened = [tr for tr in res.transitions if tr.kind == "opened"]
     assert [(tr.incident.cause, tr.incident.culprit.key) for tr in opened] == [
         ("checkpoint_write", "storage:nvme0n1")
