@@ -510,7 +510,13 @@ def _collapsed(
 ) -> None:
     """Add to ``found`` the links of ``fam`` collapsed on every poll in
     [lo, hi] while their job-mates' links were not: (series, ratio to its
-    baseline, level, baseline, polls that showed it) by (family, GPU)."""
+    baseline, level, baseline, polls that showed it) by (family, GPU).
+
+    A link with fewer than two polls there (a missing sample) is judged on
+    its last two, the one before ``lo`` included: one poll is not evidence
+    (a swapped sample reads low once), and the poll before shows whether
+    the collapse was already there.
+    """
     st = ctx.settings
     limit = st.nvlink_collapse_ratio
     # Per measured interval (rates as shares of their own baseline): a
@@ -528,9 +534,12 @@ def _collapsed(
         b = _level(base.values)
         if b < st.nvlink_min_bytes:
             continue  # a link that carries nothing cannot collapse
-        pre = [(span, v / b) for span, v in _fresh_rates(s, lo, hi, sample_s)]
-        for poll, ratio in pre:
+        ext = [(span, v / b) for span, v in _fresh_rates(s, lo - sample_s, hi, sample_s)]
+        for poll, ratio in ext:
             polls.setdefault(poll, []).append((s.labels[0], ratio))
+        pre = [(span, v / b) for span, v in _fresh_rates(s, lo, hi, sample_s)]
+        if len(pre) < 2:
+            pre = ext[-2:]
         if pre:
             rows.append((s, b, pre))
     for s, b, pre in rows:
@@ -596,9 +605,9 @@ def score_nvlink_throughput(ctx: ScoreContext) -> list[Evidence]:
             culprit = Culprit(f"gpu:{gpu}", "gpu", (("gpu", gpu),))
         # ~0 scores higher than a halving; either is strong next to busy peers.
         depth = min(1.0, max(0.0, (st.nvlink_collapse_ratio - ratio) / st.nvlink_collapse_ratio))
-        # One poll is not evidence (a swapped or stale sample, a rate over a
-        # gap): shown on one poll only, the collapse still counts once the
-        # stall lasted ``min_duration``, but is not strong enough to shorten it.
+        # One poll is not evidence: shown on one poll only, the collapse
+        # still counts once the stall lasted ``min_duration``, but is not
+        # strong enough to shorten it.
         score = 0.8 + 0.06 * depth if polls >= 2 else 0.6
         what = "NVLink" if links == ["total"] else f"NVLink {', '.join(links)}"
         text = (
