@@ -546,6 +546,7 @@ def sweep_main(args: argparse.Namespace) -> None:
         for i in range(args.plans)
         for k, variant in enumerate(tg.VARIANTS)
         for spacing in args.spacings
+        if variant in args.variants
     ]
     wall0 = time.perf_counter()
     with ProcessPoolExecutor(max_workers=args.workers) as ex:
@@ -565,6 +566,25 @@ def sweep_main(args: argparse.Namespace) -> None:
     print()
     print_sweep(outcomes)
     print_causes(outcomes)
+    if args.alarms:
+        print_alarms(jobs, outcomes)
+
+
+def print_alarms(jobs: list[tuple[int, float, str, float]], outcomes: list[Outcome]) -> None:
+    """Each false alarm and wrong cause, with its plan (to reproduce one: the
+    seed, spacing and variant given here to ``tracegen.plan_for``)."""
+    print("\nfalse alarms (FA) and wrong causes, seconds from the trace start:")
+    for (seed, *_), o in zip(jobs, outcomes, strict=True):
+        sp = o.spacing
+        for f in o.engine:
+            near = [t for t in o.truth if f.onset <= t.end + 2 * sp and f.end >= t.onset - sp]
+            where = f"seed {seed} {o.variant} {sp:g} s t={f.onset - tg.T0:.1f}"
+            if not near:
+                print(f"  FA {where}: {f.cause} for {f.end - f.onset:.1f} s on GPUs {f.gpus}")
+            elif near[0].end - near[0].onset >= 3 * sp and f.cause != near[0].cause:
+                print(
+                    f"  wrong {where}: {f.cause} (opened {f.cause_at_open}), truth {near[0].cause}"
+                )
 
 
 def main() -> None:
@@ -573,6 +593,12 @@ def main() -> None:
     ap.add_argument("--plans", type=int, default=1, help="sweep: traces per spacing and variant")
     ap.add_argument("--hours", type=float, default=2.0, help="sweep: hours per trace")
     ap.add_argument("--spacings", type=float, nargs="+", default=[1.0, 5.0, 15.0, 30.0])
+    ap.add_argument(
+        "--variants", nargs="+", default=list(tg.VARIANTS), choices=tg.VARIANTS, metavar="VARIANT"
+    )
+    ap.add_argument(
+        "--alarms", action="store_true", help="sweep: list every false alarm and wrong cause"
+    )
     ap.add_argument("--per-cause", type=int, default=30)
     ap.add_argument("--background-node-days", type=float, default=10.0)
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)

@@ -105,6 +105,11 @@ class _Episode:
     lead: float = 0.0
     # Each GPU's job-mates (job labels live, co-activity in replay).
     peers: Mapping[str, frozenset[str]] | None = None
+    # Causes with evidence when the incident opened. A slowdown's evidence
+    # windows slide with it, so every cause soon reads as "after the onset";
+    # a cause first seen later (a checkpoint in the middle of a congestion
+    # slowdown) is secondary evidence and never replaces these.
+    open_causes: frozenset[Cause] = frozenset()
 
 
 class Engine:
@@ -161,6 +166,10 @@ class Engine:
         self._stall_end = -math.inf
         self._rhythm_s = 0.0  # the job's iteration period, as last measured
         self._rhythm_at = -math.inf
+        # Job membership by co-activity (no job labels), as last derived.
+        self._groups: list[frozenset[str]] = []
+        self._groups_of: tuple[str, ...] = ()
+        self._groups_at = -math.inf
 
     # -- public surface -------------------------------------------------
 
@@ -196,13 +205,8 @@ class Engine:
         if self._stall is None and recovering and self._slow is None:
             pass
         elif self._stall is None:
-            need = max(1, math.ceil(s.slow_gpus_ratio * len(job)))
-            slow = [g for g in job if g.slow]
-            if len(slow) < need:
-                slow = self._comm_slow(job, now)
-            self._slow = self._step_slowdown(
-                self._slow, slow if len(slow) >= need else [], now=now, dt=dt, out=out
-            )
+            slow = self._slow_gpus(job, now)
+            self._slow = self._step_slowdown(self._slow, slow, now=now, dt=dt, out=out)
         elif self._slow is not None:
             self._slow = self._step_slowdown(self._slow, [], now=now, dt=dt, out=out)
         self._resolve(now, out)
@@ -319,15 +323,67 @@ class Engine:
         compute/communication cycle cancels out."""
         return max(30.0, 4.0 * self.spacing, 4.0 * self._rhythm_s)
 
-    def _comm_slow(self, job: list[GpuState], now: float) -> list[GpuState]:
+    def _job_groups(self, job: list[GpuState], now: float) -> list[list[GpuState]]:
+        """The node's job GPUs, one list per job: by job label where every GPU
+        has one, else by co-activity over the last baseline window (replay:
+        dcgm-exporter has no process data), re-derived once a minute or when
+        the set of job GPUs changes."""
+        if job and all(g.job for g in job):
+            by_job: dict[str, list[GpuState]] = {}
+            for g in job:
+                by_job.setdefault(g.job, []).append(g)
+            return [by_job[k] for k in sorted(by_job)]
+        names = tuple(sorted((g.gpu for g in job), key=_gpu_order))
+        # Not while a slowdown goes on: one job slowing down moves all its
+        # GPUs at once, which reads as co-activity with the other job.
+        stale = now - self._groups_at >= 60.0 and self._slow is None
+        if names != self._groups_of or stale:
+            self._groups_of = names
+            self._groups_at = now
+            peers = coactive_groups(self.store, names, now - self._eff.baseline_window, now)
+            self._groups = sorted(
+                {peers[g] for g in names}, key=lambda grp: min(_gpu_order(g) for g in grp)
+            )
+        return [[g for g in job if g.gpu in grp] for grp in self._groups]
+
+    def _slow_gpus(self, job: list[GpuState], now: float) -> list[GpuState]:
+        """The slow GPUs of the node's most slowed job (``slow_gpus_ratio`` of
+        that job's GPUs at least), or none. A slowdown is one job's: GPUs of
+        two jobs slow at once (one in an evaluation phase, the other in its
+        communication phase) are no node slowdown, and the other job's GPUs
+        are no part of its evidence scope."""
+        s = self._eff
+        groups = self._job_groups(job, now)
+        ep = self._slow
+        if ep is not None:
+            # An episode stays with its job: the other job's slow ticks
+            # neither extend it nor join it.
+            groups = [grp for grp in groups if ep.gpus & {g.gpu for g in grp}] or groups
+        comm: list[GpuState] | None = None
+        best: list[GpuState] = []
+        for grp in groups:
+            need = max(1, math.ceil(s.slow_gpus_ratio * len(grp)))
+            slow = [g for g in grp if g.slow]
+            if len(slow) < need:
+                if comm is None:
+                    comm = self._comm_slow(groups, now)
+                names = {g.gpu for g in grp}
+                slow = [g for g in comm if g.gpu in names]
+            if len(slow) >= need and len(slow) > len(best):
+                best = slow
+        return best
+
+    def _comm_slow(self, groups: list[list[GpuState]], now: float) -> list[GpuState]:
         """Job GPUs whose NVLink throughput fell below ``slow_ratio`` of their
         own baseline (a shallow slowdown: all-reduce 30-70 % slower while SM
-        activity, busy through the longer communication phase, barely moves).
+        activity, busy through the longer communication phase, barely moves),
+        in the jobs where ``slow_gpus_ratio`` of the GPUs show it.
 
         Checked once a sample (it reads a window of rates per GPU); the
         result holds between checks.
         """
         s = self._eff
+        job = [g for grp in groups for g in grp]
         if now - self._comm_checked < max(self.tick_s, self.spacing):
             return self._comm_gpus
         self._comm_checked = now
@@ -367,10 +423,14 @@ class Engine:
             drop = min(1.0 - s.slow_ratio, max(0.1, 3.0 * spread))
             if recent < (1.0 - drop) * base:
                 out.append(g)
-        need = max(1, math.ceil(s.slow_gpus_ratio * len(job)))
-        if len(out) < need:
-            out = []
-        elif not self._comm_gpus:
+        kept: list[GpuState] = []
+        for grp in groups:
+            names = {g.gpu for g in grp}
+            mine = [g for g in out if g.gpu in names]
+            if len(mine) >= max(1, math.ceil(s.slow_gpus_ratio * len(grp))):
+                kept.extend(mine)
+        out = kept
+        if out and not self._comm_gpus:
             self._comm_since = now - w / 2
         self._comm_gpus = out
         return out
@@ -632,10 +692,15 @@ class Engine:
             ep.next_score = now + s.rescore_every
             attr, missing = self._score(ep, now)
             settled = now - ep.onset >= max(5.0, 2.0 * self.spacing, 3.0 * self.tick_s)
-            if (attr.cause is not Cause.UNKNOWN or (settled and may_fall_to_unknown)) and (
-                attr.cause != inc.cause
-                or attr.culprit.key != inc.culprit.key
-                or abs(attr.confidence - inc.confidence) >= 0.1
+            later = ep.kind == "slowdown" and attr.cause not in ep.open_causes | {inc.cause}
+            if (
+                not later
+                and (attr.cause is not Cause.UNKNOWN or (settled and may_fall_to_unknown))
+                and (
+                    attr.cause != inc.cause
+                    or attr.culprit.key != inc.culprit.key
+                    or abs(attr.confidence - inc.confidence) >= 0.1
+                )
             ):
                 changed = True
                 inc = replace(
@@ -731,6 +796,7 @@ class Engine:
     ) -> None:
         s = self._eff
         ep.next_score = now + s.rescore_every
+        ep.open_causes = frozenset(e.cause for e in attr.evidence if e.score >= s.min_evidence)
         gpus = tuple(sorted(ep.gpus, key=_gpu_order))
         jobs = [g.job for g in bad if g.job]
         job = max(sorted(set(jobs)), key=jobs.count) if jobs else ""

@@ -145,6 +145,17 @@ class ScoreContext:
         base = window(s, self.onset - st.baseline_window, self.onset - lead - 0.001)
         return on, base
 
+    def while_waiting(self, on: Window) -> Window:
+        """The samples of an onset window measured while the GPUs waited: those
+        ending later than half a sample before the onset (a rate or average
+        stamped then covers part of the idle time). A write the GPUs waited
+        for is written while they are idle; a background burst that ended
+        as an evaluation dip began is a write nobody waited for."""
+        sample_s = max(self.tick, self.spacing)
+        start = self.onset - 0.5 * sample_s
+        keep = [(t, v) for t, v in zip(on.times, on.values, strict=True) if t > start]
+        return Window(tuple(v for _, v in keep), tuple(t for t, _ in keep))
+
     def in_scope(self, gpu: str) -> bool:
         """Whether evidence on ``gpu`` may explain this stall."""
         return not self.scope or gpu in self.scope
@@ -495,11 +506,17 @@ def _collapsed(
     lo: float,
     hi: float,
     sample_s: float,
-    found: dict[tuple[str, str], list[tuple[Series, float, float, float]]],
+    found: dict[tuple[str, str], list[tuple[Series, float, float, float, int]]],
 ) -> None:
     """Add to ``found`` the links of ``fam`` collapsed on every poll in
     [lo, hi] while their job-mates' links were not: (series, ratio to its
-    baseline, level, baseline) by (family, GPU)."""
+    baseline, level, baseline, polls that showed it) by (family, GPU).
+
+    A link with fewer than two polls there (a missing sample) is judged on
+    its last two, the one before ``lo`` included: one poll is not evidence
+    (a swapped sample reads low once), and the poll before shows whether
+    the collapse was already there.
+    """
     st = ctx.settings
     limit = st.nvlink_collapse_ratio
     # Per measured interval (rates as shares of their own baseline): a
@@ -517,9 +534,12 @@ def _collapsed(
         b = _level(base.values)
         if b < st.nvlink_min_bytes:
             continue  # a link that carries nothing cannot collapse
-        pre = [(span, v / b) for span, v in _fresh_rates(s, lo, hi, sample_s)]
-        for poll, ratio in pre:
+        ext = [(span, v / b) for span, v in _fresh_rates(s, lo - sample_s, hi, sample_s)]
+        for poll, ratio in ext:
             polls.setdefault(poll, []).append((s.labels[0], ratio))
+        pre = [(span, v / b) for span, v in _fresh_rates(s, lo, hi, sample_s)]
+        if len(pre) < 2:
+            pre = ext[-2:]
         if pre:
             rows.append((s, b, pre))
     for s, b, pre in rows:
@@ -542,7 +562,7 @@ def _collapsed(
             matched += 1
         if matched:
             ratio = _level([r for _, r in pre])
-            found.setdefault((fam, gpu), []).append((s, ratio, ratio * b, b))
+            found.setdefault((fam, gpu), []).append((s, ratio, ratio * b, b, matched))
 
 
 def score_nvlink_throughput(ctx: ScoreContext) -> list[Evidence]:
@@ -563,7 +583,7 @@ def score_nvlink_throughput(ctx: ScoreContext) -> list[Evidence]:
     hi = min(ctx.now, ctx.onset - 1e-3)
     if hi < lo:
         return []
-    found: dict[tuple[str, str], list[tuple[Series, float, float, float]]] = {}
+    found: dict[tuple[str, str], list[tuple[Series, float, float, float, int]]] = {}
     for fam in (sig.NVLINK_TX, sig.NVLINK_RX):
         _collapsed(ctx, fam, lo=lo, hi=hi, sample_s=sample_s, found=found)
     out: list[Evidence] = []
@@ -575,22 +595,28 @@ def score_nvlink_throughput(ctx: ScoreContext) -> list[Evidence]:
             continue
         direction = "transmit" if fam == sig.NVLINK_TX else "receive"
         links = sorted({s.labels[1] for s, *_ in hits})
-        ratio = max(r for _, r, _, _ in hits)
-        level = sum(lv for _, _, lv, _ in hits)
-        b = sum(bb for *_, bb in hits)
+        ratio = max(r for _, r, _, _, _ in hits)
+        level = sum(lv for _, _, lv, _, _ in hits)
+        b = sum(bb for _, _, _, bb, _ in hits)
+        polls = max(n for *_, n in hits)
         if len(links) == 1 and links[0] != "total":
             culprit = _nvlink_culprit(hits[0][0])
         else:
             culprit = Culprit(f"gpu:{gpu}", "gpu", (("gpu", gpu),))
         # ~0 scores higher than a halving; either is strong next to busy peers.
         depth = min(1.0, max(0.0, (st.nvlink_collapse_ratio - ratio) / st.nvlink_collapse_ratio))
-        score = 0.8 + 0.06 * depth
+        # One poll is not evidence: shown on one poll only, the collapse
+        # still counts once the stall lasted ``min_duration``, but is not
+        # strong enough to shorten it.
+        score = 0.8 + 0.06 * depth if polls >= 2 else 0.6
         what = "NVLink" if links == ["total"] else f"NVLink {', '.join(links)}"
         text = (
             f"GPU {gpu} {what} {direction} collapsed to {ratio:.0%} of its baseline "
             f"({level / 1e9:,.1f} of {b / 1e9:,.1f} GB/s) before the stall while other GPUs' "
             f"links kept their traffic"
         )
+        if polls < 2:
+            text += " (on one poll)"
         out.append(Evidence(Cause.NVLINK_DEGRADED, fam, culprit, score, level, b, text))
     return out
 
@@ -725,8 +751,11 @@ def _latency_floor(path: str, st: EngineSettings) -> float:
     Local NVMe sits at 0.1-0.3 ms, so a few milliseconds is already 10-100x
     its normal; SAS/SATA/virtio disks (``sd*``, ``vd*``, ``xvd*``, ``hd*``)
     at a few ms; NFS and other remote paths (and paths of unknown class) keep
-    ``storage_latency_min``.
+    ``storage_latency_min``. A remote export (``host:/path``, ``//host/share``)
+    is remote whatever its last component is called (``nas:/vol/sda``).
     """
+    if ":" in path or path.startswith("//"):
+        return st.storage_latency_min
     name = path.rsplit("/", 1)[-1]
     if name.startswith("nvme"):
         return st.storage_latency_min_nvme
@@ -769,16 +798,15 @@ def score_storage(ctx: ScoreContext) -> list[Evidence]:
                     f"storage probe failed ({reason}) on {_where(culprit)}",
                 )
             )
-    for s, peak, b, _ in ctx.peaks(sig.ST_WRITE_BYTES, lasting=False):
+    for s, peak, b in _checkpoint_levels(ctx, sig.ST_WRITE_BYTES):
         if peak >= st.burst_min_bytes and peak >= st.burst_factor * b:
             ratio = peak / max(b, 1.0)
             score = 0.85 + 0.1 * min(1.0, math.log10(max(ratio / st.burst_factor, 1.0)) / 2.0)
             culprit = path_culprit(s)
             text = f"write burst on {_where(culprit)}: {peak / 1e6:,.0f} MB/s ({_times(peak, b)})"
             out.append(Evidence(Cause.CHECKPOINT_WRITE, s.spec.name, culprit, score, peak, b, text))
-    for s in ctx.store.family(sig.ST_WRITE_BURST):
-        on, _ = ctx.windows(s)
-        if on and ctx.level(on.values, lasting=False) >= 0.5:
+    for s, level, _ in _checkpoint_levels(ctx, sig.ST_WRITE_BURST):
+        if level >= 0.5:
             culprit = path_culprit(s)
             out.append(
                 Evidence(
@@ -792,6 +820,25 @@ def score_storage(ctx: ScoreContext) -> list[Evidence]:
                 )
             )
     return out
+
+
+def _checkpoint_levels(ctx: ScoreContext, family: str) -> Iterator[tuple[Series, float, float]]:
+    """(series, level while the GPUs waited, baseline) of a write-volume family.
+
+    A checkpoint stall is the job waiting for its own write, so the burst is
+    what the window held on the samples taken while the GPUs were idle
+    (:meth:`ScoreContext.while_waiting`), on two of them or more (one poll is
+    not evidence). It need not last: a node writes its shard and then waits
+    for the other ranks' writes. A slowdown keeps its own window rule.
+    """
+    for s in ctx.store.family(family):
+        on, base = ctx.windows(s)
+        if not ctx.slowdown:
+            on = ctx.while_waiting(on)
+            if ctx.min_samples >= 2 and len(on.values) < 2:
+                continue
+        if on:
+            yield s, ctx.level(on.values, lasting=False), _baseline(base)[0]
 
 
 Scorer = Callable[[ScoreContext], list[Evidence]]

@@ -66,6 +66,15 @@ class EngineSettings:
     idle_power_ratio: float = option(
         0.25, "Power below this share of the limit (or observed peak) is idle.", min=0.0, max=1.0
     )
+    idle_power_above_idle: float = option(
+        0.15,
+        "Once a GPU of the node was seen idle (its draw is the node's idle draw), power that "
+        "is above that draw by less than this share of (limit or peak - idle draw) is idle: "
+        "a hung collective's kernels draw a little above idle, which against an observed "
+        "peak below the limit can read above idle_power_ratio.",
+        min=0.0,
+        max=1.0,
+    )
     hysteresis: float = option(
         0.05,
         "An idle GPU must rise this much above the idle threshold to be active again.",

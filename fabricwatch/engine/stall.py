@@ -92,6 +92,11 @@ class StallDetector:
         self._seen: tuple[Series, ...] = ()
         self._spacing = 1.0
         self._order: list[tuple[GpuState, _Handles]] = []
+        # The node's idle draw: the lowest power of a GPU seen idle by a rule
+        # that does not depend on it (SM activity, or power under
+        # idle_power_ratio of its reference; not "no job": a GPU's job gate
+        # may not be known yet while it works).
+        self._idle_draw = math.inf
 
     def _refresh(self, store: SnapshotStore) -> None:
         """(Re)build the GPU list and series handles when the families changed."""
@@ -188,6 +193,9 @@ class StallDetector:
             work, threshold, ts, signal = 0.0, 1.0, healthy.updated, "healthy"
         elif sm is not None and now - sm.updated <= age:
             work, threshold, ts, signal = sm.value, s.idle_sm_ratio, sm.updated, "sm_active"
+            fresh_power = power is not None and now - power.updated <= age
+            if fresh_power and power is not None and work < s.idle_sm_ratio:
+                self._idle_draw = min(self._idle_draw, power.value)
         elif power is not None and now - power.updated <= age:
             limit = h[_LIMIT]
             ref = limit.value if limit is not None and limit.value > 0 else st.peak_power
@@ -195,7 +203,10 @@ class StallDetector:
                 st.work = None
                 return
             work = min(1.0, power.value / ref)
-            threshold, ts, signal = s.idle_power_ratio, power.updated, "power"
+            if work < s.idle_power_ratio:
+                self._idle_draw = min(self._idle_draw, power.value)
+            threshold = self._power_threshold(ref)
+            ts, signal = power.updated, "power"
         elif util is not None and now - util.updated <= age:
             work, threshold, ts, signal = util.value, s.idle_util_ratio, util.updated, "utilization"
         else:
@@ -229,6 +240,22 @@ class StallDetector:
                 st.idle_since = before_ts
         st.idle = idle
         st.recent.append(work)
+
+    def _power_threshold(self, ref: float) -> float:
+        """The idle threshold of power as a share of ``ref`` (the limit, or the
+        observed peak): ``idle_power_ratio`` until the node's idle draw is
+        known, then "power above idle" (``idle_power_above_idle`` of the
+        range between the idle draw and ``ref``) where that is higher. The observed peak of a job
+        whose rhythm is faster than the power average sits well below the
+        limit, and against it the draw of hung kernels, a quarter above
+        idle, reads as a quarter of the peak."""
+        s = self._s
+        floor = self._idle_draw
+        if not 0.0 <= floor < ref:
+            return s.idle_power_ratio
+        # Never below the plain rule: the lowest draw seen may be a GPU out of
+        # a job in a deeper power state than one holding a hung context.
+        return max(s.idle_power_ratio, (floor + s.idle_power_above_idle * (ref - floor)) / ref)
 
     def _slow(self, st: GpuState) -> None:
         s = self._s
