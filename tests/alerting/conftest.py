@@ -154,8 +154,11 @@ class Receiver:
         app.router.add_route("POST", "/{tail:.*}", self.handle)
         self.runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=0.5)
         await self.runner.setup()
-        port = free_port()
-        site = web.TCPSite(self.runner, "127.0.0.1", port)
+        # Bound here and handed over open: no other test can take the port meanwhile.
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+        site = web.SockSite(self.runner, sock)
         await site.start()
         self.url = f"http://127.0.0.1:{port}/hook"
 

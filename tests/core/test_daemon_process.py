@@ -90,14 +90,23 @@ def notify_socket(tmp_path: Path) -> Iterator[socket.socket]:
     s.close()
 
 
-def _recv_until(sock: socket.socket, wanted: str, limit: int = 200) -> list[str]:
+def _recv_until(
+    sock: socket.socket, wanted: str, limit: int = 200, within: float = 60.0
+) -> list[str]:
+    """Messages up to the one starting with ``wanted`` (bounded in count and time: a
+    daemon that starts slowly on a loaded machine is waited for, one that is silent is not)."""
     seen: list[str] = []
+    deadline = time.monotonic() + within
     for _ in range(limit):
-        msg = sock.recv(4096).decode()
+        sock.settimeout(max(deadline - time.monotonic(), 0.01))
+        try:
+            msg = sock.recv(4096).decode()
+        except TimeoutError:
+            break
         seen.append(msg)
         if msg.startswith(wanted):
             return seen
-    pytest.fail(f"{wanted} not received; got {seen}")
+    pytest.fail(f"{wanted} not received within {within} s / {limit} messages; got {seen}")
 
 
 def test_run_serves_metrics_and_exits_cleanly_on_sigterm(tmp_path: Path) -> None:
@@ -133,6 +142,7 @@ def test_sd_notify_sequence(tmp_path: Path, notify_socket: socket.socket) -> Non
         first = _recv_until(notify_socket, "READY=1")
         assert not any(m.startswith("WATCHDOG=1") for m in first)  # no ping before ready
         pings = 0
+        notify_socket.settimeout(30.0)  # pings come every 0.1 s; 30 s covers a loaded machine
         for _ in range(50):
             if notify_socket.recv(4096).decode() == "WATCHDOG=1":
                 pings += 1

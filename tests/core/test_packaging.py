@@ -7,6 +7,10 @@ import sys
 import zipfile
 from pathlib import Path
 
+import pytest
+
+from tests.conftest import source_tree_build
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -27,14 +31,27 @@ def _source_files() -> set[str]:
     return out
 
 
-def test_wheel_contains_every_module_and_profile(tmp_path: Path) -> None:
-    r = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path), str(REPO)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+def test_wheel_contains_every_module_and_profile(
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    with source_tree_build(tmp_path_factory):
+        r = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "wheel",
+                "--no-deps",
+                "-q",
+                "-w",
+                str(tmp_path),
+                str(REPO),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
     assert r.returncode == 0, r.stdout + r.stderr
     # The profile folders are packages Python sees: unlisted, setuptools warns ~90 lines.
     assert "would be ignored" not in r.stdout + r.stderr

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import source_tree_build
 from tests.deploy.conftest import REPO, need
 from tests.deploy.test_systemd import MAX_EXPOSURE
 
@@ -70,18 +71,19 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Built:
     if run(["/usr/bin/python3", "-c", "import ensurepip"]).returncode != 0:
         pytest.skip("needs python3-venv (Debian package) for /usr/bin/python3")
     work = tmp_path_factory.mktemp("deb")
-    proc = run(
-        [
-            sys.executable,
-            str(BUILD),
-            "--deps-from",
-            sys.prefix,
-            "--compression",
-            "none",
-            "--out",
-            str(work / "out"),
-        ]
-    )
+    with source_tree_build(tmp_path_factory):  # it builds the wheel from the source tree
+        proc = run(
+            [
+                sys.executable,
+                str(BUILD),
+                "--deps-from",
+                sys.prefix,
+                "--compression",
+                "none",
+                "--out",
+                str(work / "out"),
+            ]
+        )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     deb = Path(proc.stdout.strip().splitlines()[-1])
     assert deb.is_file() and deb.name.startswith("fabricwatch_")

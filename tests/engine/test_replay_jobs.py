@@ -46,9 +46,17 @@ def long_run() -> list[Sample]:
     return _samples(_scenario(4800, [300, 1180, 1580, 2390, 3190, 3590, 4300], seed=3))
 
 
+@pytest.fixture(scope="module")
+def long_run_one_pass(long_run: list[Sample]) -> ReplayResult:
+    # The reference every split of the long run is held to: replayed once for them all.
+    return run_replay(long_run, node="n1")
+
+
 @pytest.mark.parametrize("jobs", [2, 3, 4])
-def test_parallel_replay_equals_one_pass(long_run: list[Sample], jobs: int) -> None:
-    one = run_replay(long_run, node="n1")
+def test_parallel_replay_equals_one_pass(
+    long_run: list[Sample], long_run_one_pass: ReplayResult, jobs: int
+) -> None:
+    one = long_run_one_pass
     assert len(one.incidents()) >= 5
     split = Split(warmup=600.0, verify=240.0)
     par = run_parallel(long_run, node="n1", jobs=jobs, split=split)
@@ -64,11 +72,11 @@ def test_parallel_replay_equals_one_pass(long_run: list[Sample], jobs: int) -> N
 
 
 def test_cuts_through_incidents_and_a_too_short_warmup_still_equal_one_pass(
-    long_run: list[Sample],
+    long_run: list[Sample], long_run_one_pass: ReplayResult
 ) -> None:
     # A 20 s warm-up cannot know the job or the open incident: every such cut
     # must be detected and its spans replayed as one.
-    one = run_replay(long_run, node="n1")
+    one = long_run_one_pass
     par = run_parallel(long_run, node="n1", jobs=4, split=Split(warmup=20.0, verify=60.0))
     assert par.transitions == one.transitions
     assert par.readings == one.readings and par.ticks == one.ticks

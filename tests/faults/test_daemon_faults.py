@@ -95,7 +95,7 @@ async def test_fault_cleared_while_down_resolves_after_restart(node: FaultNode) 
 
 async def test_receiver_401_403_500_and_hang_then_everything_arrives(node: FaultNode) -> None:
     rec = node.receiver
-    rec.script = [401, 403, 500, ("hang", 2.0), 401]
+    rec.script = [401, 403, 500, ("hang", 6.0), 401]  # hangs past the sink's 5 s timeout
     await node.start()
     await node.virtual(WARMUP)
     node.set_fault("pfc-storm")

@@ -5,6 +5,7 @@ origins as the live nodes' incidents grouped by the fleet."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 from collections.abc import Callable
@@ -32,6 +33,10 @@ from fabricwatch.testing.sim_fleet import (
 from tests.engine.test_replay import exporter_names
 
 Rename = Callable[[str, tuple[str, ...]], tuple[str, dict[str, str], float] | None]
+
+# The first test also builds the module's fixtures (the cluster, its live grouping and
+# a one-process replay of 8 nodes): minutes on a loaded 2-core machine.
+pytestmark = pytest.mark.timeout(300)
 
 
 @pytest.fixture(scope="module")
@@ -123,10 +128,24 @@ def fleet_replay(paths: list[str], capsys: pytest.CaptureFixture[str]) -> list[d
     return out
 
 
-def test_one_file_per_node_equals_live(
-    cluster: Cluster, live: list[dict[str, Any]], tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    got = fleet_replay(write_nodes(cluster, tmp_path / "om"), capsys)
+@pytest.fixture(scope="module")
+def node_files(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+    """One OpenMetrics file per node, written once for the tests that only read them."""
+    return write_nodes(cluster, tmp_path_factory.mktemp("fleet-om") / "om")
+
+
+@pytest.fixture(scope="module")
+def one_pass_json(node_files: list[str]) -> str:
+    """``replay --fleet --json --jobs 1`` of :func:`node_files`: the output every other
+    replay of those files is compared with, replayed once for them all."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["replay", "--fleet", *node_files, "--json", "--jobs", "1"]) == 0
+    return out.getvalue()
+
+
+def test_one_file_per_node_equals_live(live: list[dict[str, Any]], one_pass_json: str) -> None:
+    got: list[dict[str, Any]] = json.loads(one_pass_json)
     assert view(got) == view(live)
     for d in got:  # --json carries, per job incident, origin, cause, culprit and members
         assert {"origin", "cause", "culprit", "members", "waiting"} <= d.keys()
@@ -182,13 +201,13 @@ def test_garbage_and_truncated_input_names_the_node(
 
 
 def test_parallel_jobs_give_the_output_of_one_pass(
-    cluster: Cluster, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    node_files: list[str], one_pass_json: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # 8 nodes: --jobs 3 runs nodes in parallel processes; --jobs 16 (more jobs than
     # nodes) splits each node's replay by time with the engine's parallel runner.
-    paths = write_nodes(cluster, tmp_path / "om")
-    outs: dict[str, str] = {}
-    for jobs in ("1", "3", "16"):
+    paths = node_files
+    outs: dict[str, str] = {"1": one_pass_json}
+    for jobs in ("3", "16"):
         assert main(["replay", "--fleet", *paths, "--json", "--jobs", jobs]) == 0
         outs[jobs] = capsys.readouterr().out
     assert outs["3"] == outs["1"] and outs["16"] == outs["1"]

@@ -41,7 +41,8 @@ from tests.fleet.conftest import (
 )
 from tests.fleet.test_fleet_replay import view
 
-pytestmark = pytest.mark.integration
+# 16 and 12 simulated nodes in real time: a minute each, several on a loaded 2-core box.
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
 SPEED = 60.0
 
