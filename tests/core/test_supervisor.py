@@ -111,10 +111,13 @@ async def test_backoff_spacing_grows_and_resets_after_success() -> None:
         await asyncio.sleep(0.02)
     await sup.stop()
     gaps = [b - a for a, b in itertools.pairwise(c.calls)]
-    # After failure n the next attempt waits backoff_delay(interval, n).
-    for n in range(1, 5):
-        assert gaps[n - 1] >= 0.9 * backoff_delay(interval, n), gaps
-    assert gaps[4] >= 0.9 * backoff_delay(interval, 5)
+    # After failure n the next attempt is planned backoff_delay(interval, n)
+    # after the previous plan. The supervisor keeps to its planned grid, so
+    # one late call shortens the next gap: compare the time since the first
+    # call with the sum of the planned delays.
+    for n in range(1, 6):
+        planned = sum(backoff_delay(interval, k) for k in range(1, n + 1))
+        assert c.calls[n] - c.calls[0] >= 0.9 * planned, gaps
     # After the first success the collector is back on its normal interval.
     assert max(gaps[6:8]) < backoff_delay(interval, 5)
     state = sup.states[0]

@@ -155,12 +155,15 @@ def _read_until(proc: subprocess.Popen[str], pattern: str, seconds: float) -> st
     assert proc.stdout is not None
     seen = ""
     deadline = time.monotonic() + seconds
+    # poll, not select: select() refuses descriptors above 1023, which a
+    # long-lived test worker can reach.
+    poller = select.poll()
+    poller.register(proc.stdout, select.POLLIN)
     for _ in range(10_000):
         left = deadline - time.monotonic()
         if left <= 0:
             break
-        ready, _, _ = select.select([proc.stdout], [], [], left)
-        if not ready:
+        if not poller.poll(left * 1000):
             break
         line = proc.stdout.readline()
         if not line:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -71,7 +72,12 @@ def test_real_h100_layout_parses(h100_tree: Path) -> None:
     expected = [f"mlx5_{i}" for i in (0, 1, 4, 5, 6, 7, 8, 9)] + ["mlx5_bond_0"]
     assert [r.device for r in refs] == expected
     budget = FdBudget(10_000)
-    samples = {r.device: PortReader(r, budget).read() for r in refs}
+    readers = [PortReader(r, budget) for r in refs]
+    try:
+        samples = {r.ref.device: r.read() for r in readers}
+    finally:
+        for r in readers:
+            r.close()
     s = samples["mlx5_0"]
     assert s.link_layer == "InfiniBand"
     assert s.state == (4, "ACTIVE") and s.phys_state == (5, "LinkUp")
@@ -90,8 +96,12 @@ def test_real_h100_layout_parses(h100_tree: Path) -> None:
 def test_wanted_counters_read_only_those_files_with_equal_values(h100_tree: Path) -> None:
     for ref in discover_ports(h100_tree):
         every, wanted = FdBudget(10_000), FdBudget(10_000)
-        full = PortReader(ref, every).read()
-        part = PortReader(ref, wanted, COUNTER_FILES).read()
+        with closing(PortReader(ref, every)) as full_reader:
+            full = full_reader.read()
+            with closing(PortReader(ref, wanted, COUNTER_FILES)) as part_reader:
+                part = part_reader.read()
+                # Fewer descriptors held: the unexported counters were never opened.
+                held = (every.free, wanted.free)
         assert part.counters == {k: v for k, v in full.counters.items() if k in COUNTER_FILES}
         assert part.hw_counters == {k: v for k, v in full.hw_counters.items() if k in COUNTER_FILES}
         assert (part.state, part.phys_state, part.rate_bps) == (
@@ -100,10 +110,9 @@ def test_wanted_counters_read_only_those_files_with_equal_values(h100_tree: Path
             full.rate_bps,
         )
         assert part.has_hw_counters == full.has_hw_counters
-        # Fewer descriptors held: the unexported counters were never opened.
         read_all = len(full.counters) + len(full.hw_counters)
-        assert wanted.free - every.free == read_all - len(part.counters) - len(part.hw_counters)
-        assert wanted.free > every.free
+        assert held[1] - held[0] == read_all - len(part.counters) - len(part.hw_counters)
+        assert held[1] > held[0]
 
 
 def _add_packets(tree: Path, n: int) -> None:
@@ -154,7 +163,8 @@ def test_na_and_garbage_values_are_skipped_not_fatal(tmp_path: Path) -> None:
     (port / "state").write_text("1: DOWN\n")
     (port / "rate").write_text("nonsense\n")
     [ref] = discover_ports(tmp_path)
-    s = PortReader(ref, FdBudget(100)).read()
+    with closing(PortReader(ref, FdBudget(100))) as reader:
+        s = reader.read()
     assert s.counters == {"link_downed": 2}
     assert s.state == (1, "DOWN") and s.rate_bps is None
     assert len(s.errors) == 2 and any("port_rcv_data" in e for e in s.errors)
