@@ -48,7 +48,9 @@ class Rig:
         self.proc = tmp / "proc"
         self.proc.mkdir(exist_ok=True)
         env = CollectorEnv(node="n1", proc_root=self.proc, monotonic=self.clock)
-        settings.setdefault("call_timeout", 0.3)
+        # Generous: on a loaded CI worker the fake's calls, run in threads,
+        # have taken over 0.3 s. The hang tests set their own short timeout.
+        settings.setdefault("call_timeout", 5.0)
         self.collector = GpuCollector(
             GpuSettings(**settings), env, PynvmlBackend(monotonic=self.clock)
         )
