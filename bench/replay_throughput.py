@@ -37,7 +37,9 @@ import shutil
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from fabricwatch.engine.replay import replay_store, run_replay, store_rows
 from fabricwatch.engine.replay_jobs import run_nodes, run_parallel
@@ -48,6 +50,8 @@ from fabricwatch.readings import Reading
 from fabricwatch.testing.sim_scenarios import Injection, Scenario, flatten, run_live
 
 BUDGET = 10.0
+
+T = TypeVar("T")
 
 
 def cpu(fn: object) -> float:
@@ -60,6 +64,15 @@ def children_cpu() -> float:
     """CPU seconds of this process's waited-for children so far."""
     ru = resource.getrusage(resource.RUSAGE_CHILDREN)
     return ru.ru_utime + ru.ru_stime
+
+
+def timed(fn: Callable[[], T]) -> tuple[T, float, float]:
+    """``fn()``, its wall seconds, and the CPU seconds of this process and the
+    children it waited for meanwhile (the workers of --jobs)."""
+    k0, w0, c0 = children_cpu(), time.monotonic(), time.process_time()
+    result = fn()
+    wall = time.monotonic() - w0
+    return result, wall, time.process_time() - c0 + children_cpu() - k0
 
 
 def promtool_backfill(text: str) -> tuple[float, float] | None:
@@ -136,14 +149,8 @@ def main() -> None:
 
     # Wall clock: one process vs --jobs N over the same sorted samples (the
     # parse is the same serial step in both and is added to both).
-    w0, c0 = time.monotonic(), time.process_time()
-    one = run_replay(samples)
-    one_wall = time.monotonic() - w0
-    one_cpu = time.process_time() - c0
-    k0, w0, c0 = children_cpu(), time.monotonic(), time.process_time()
-    par = run_parallel(samples, jobs=args.jobs)
-    par_wall = time.monotonic() - w0
-    par_cpu = time.process_time() - c0 + children_cpu() - k0
+    one, one_wall, one_cpu = timed(lambda: run_replay(samples))
+    par, par_wall, par_cpu = timed(lambda: run_parallel(samples, jobs=args.jobs))
     assert par.transitions == one.transitions, "--jobs and one process disagree"
     serial = parse_s + sort_s
     speedup = (serial + one_wall) / (serial + par_wall)
@@ -152,14 +159,8 @@ def main() -> None:
     # By node: the same hours as two nodes' input (what replay --fleet reads),
     # one process per node against both nodes in one process.
     two = {"node-a": samples, "node-b": samples}
-    w0, c0 = time.monotonic(), time.process_time()
-    seq_nodes = run_nodes(two, jobs=1)
-    nodes_one_wall = time.monotonic() - w0
-    nodes_one_cpu = time.process_time() - c0
-    k0, w0, c0 = children_cpu(), time.monotonic(), time.process_time()
-    par_nodes = run_nodes(two, jobs=args.jobs)
-    nodes_par_wall = time.monotonic() - w0
-    nodes_par_cpu = time.process_time() - c0 + children_cpu() - k0
+    seq_nodes, nodes_one_wall, nodes_one_cpu = timed(lambda: run_nodes(two, jobs=1))
+    par_nodes, nodes_par_wall, nodes_par_cpu = timed(lambda: run_nodes(two, jobs=args.jobs))
     for node in two:
         assert par_nodes[node].transitions == seq_nodes[node].transitions, "by node disagrees"
     nodes_speedup = nodes_one_wall / nodes_par_wall

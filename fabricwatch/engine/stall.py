@@ -193,8 +193,7 @@ class StallDetector:
             work, threshold, ts, signal = 0.0, 1.0, healthy.updated, "healthy"
         elif sm is not None and now - sm.updated <= age:
             work, threshold, ts, signal = sm.value, s.idle_sm_ratio, sm.updated, "sm_active"
-            fresh_power = power is not None and now - power.updated <= age
-            if fresh_power and power is not None and work < s.idle_sm_ratio:
+            if work < s.idle_sm_ratio and power is not None and now - power.updated <= age:
                 self._idle_draw = min(self._idle_draw, power.value)
         elif power is not None and now - power.updated <= age:
             limit = h[_LIMIT]
