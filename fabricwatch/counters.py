@@ -15,7 +15,7 @@ produce spikes or negative intervals.
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Sequence
+from collections.abc import Collection, Hashable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -262,20 +262,79 @@ class FamilyCounters:
 
     def add(self, value: float, ts: float, epoch: int | None = None) -> int:
         """Append a series seen for the first time; return its index."""
+        return self._append((value, ts, epoch, ts, None, 0.0, value, False))
+
+    def adopt(self, state: CounterState) -> int:
+        """Append a series whose rate state so far is ``state``; return its index.
+
+        The series goes on exactly as ``state.update`` would have gone on.
+        """
+        return self._append(
+            (
+                state.value,
+                state.ts,
+                state.epoch,
+                state.change_ts,
+                state.refresh,
+                state.last_rate,
+                state.total,
+                state.moved,
+            )
+        )
+
+    def take(self, other: FamilyCounters, index: int) -> int:
+        """Append series ``index`` of ``other`` with its state; return its new index here."""
+        return self._append(
+            (
+                other._value[index],
+                other._ts[index],
+                other._epoch[index],
+                other._change_ts[index],
+                other._refresh[index],
+                other._last_rate[index],
+                other._total[index],
+                other._moved[index],
+            )
+        )
+
+    def state(self, index: int) -> CounterState:
+        """Series ``index``'s state as a :class:`CounterState` (it goes on the same way)."""
+        st = CounterState(self._value[index], self._ts[index], self._epoch[index])
+        st.change_ts = self._change_ts[index]
+        st.refresh = self._refresh[index]
+        st.last_rate = self._last_rate[index]
+        st.total = self._total[index]
+        st.moved = self._moved[index]
+        return st
+
+    def _append(
+        self, row: tuple[float, float, int | None, float, float | None, float, float, bool]
+    ) -> int:
+        """Append one series' state: (value, ts, epoch, change_ts, refresh, last_rate,
+        total, moved)."""
+        value, ts, epoch, change_ts, refresh, last_rate, total, moved = row
         self._value.append(value)
         self._ts.append(ts)
         self._epoch.append(epoch)
-        self._change_ts.append(ts)
-        self._refresh.append(None)
-        self._last_rate.append(0.0)
-        self._total.append(value)
-        self._moved.append(False)
+        self._change_ts.append(change_ts)
+        self._refresh.append(refresh)
+        self._last_rate.append(last_rate)
+        self._total.append(total)
+        self._moved.append(moved)
         return len(self._value) - 1
 
     def update(
-        self, values: Sequence[float], ts: float, epoch: int | None = None
+        self,
+        values: Sequence[float],
+        ts: float,
+        epoch: int | None = None,
+        skip: Collection[int] = (),
     ) -> list[Rate | None]:
-        """One poll of every series (``values`` in index order, finite and >= 0)."""
+        """One poll of every series (``values`` in index order, finite and >= 0).
+
+        Series whose index is in ``skip`` (their sample was invalid) get None
+        and keep their state, as if they had not been polled.
+        """
         settings = self.settings
         gap_after = settings.gap_after
         hold_factor = settings.hold_factor
@@ -289,7 +348,7 @@ class FamilyCounters:
         push = out.append
         for i, value in enumerate(values):
             dt = ts - tss[i]
-            if dt <= 0:
+            if dt <= 0 or (skip and i in skip):
                 push(None)
                 continue
             prev = vals[i]

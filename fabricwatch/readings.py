@@ -3,13 +3,21 @@
 A collector declares its metric families once (:class:`MetricSpec`) and then
 returns plain :class:`Reading` values each cycle. Readings carry label *values*
 in the order of the spec's ``labels``: it keeps the hot path free of dicts.
+
+A collector with many series of one family (NVLink per link) may hand them
+over as :class:`Columns` inside a :class:`Batch`: one labels tuple and one
+list of values per family and cycle instead of a reading per series. A batch
+is still a sequence of readings to every other reader; the store takes the
+columns whole (one lookup per family, rates by
+:class:`~fabricwatch.counters.FamilyCounters`).
 """
 
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import NamedTuple, overload
 
 METRIC_PREFIX = "fabricwatch_"
 
@@ -89,3 +97,88 @@ class Reading(NamedTuple):
     ts: float | None = None
     epoch: int | None = None
     histogram: HistogramValue | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Columns:
+    """One family's samples of one cycle: ``values[i]`` is the sample of series ``labels[i]``.
+
+    Attributes:
+        name: the family's :attr:`MetricSpec.name`.
+        labels: each series' label values. Hand the store the *same tuple
+            object* every cycle while the family's series stay the same (see
+            :meth:`ColumnsBuilder.columns`): the store then finds its series by
+            one identity check instead of a lookup per series.
+        values: the samples (counters: raw values), in the order of ``labels``.
+        epoch: discontinuity token of every series (see :attr:`Reading.epoch`).
+    """
+
+    name: str
+    labels: tuple[tuple[str, ...], ...]
+    values: Sequence[float]
+    epoch: int | None = None
+
+    def readings(self) -> Iterator[Reading]:
+        """The same samples as single readings."""
+        name, epoch = self.name, self.epoch
+        for labels, value in zip(self.labels, self.values, strict=True):
+            yield Reading(name, labels, value, None, epoch)
+
+
+class ColumnsBuilder:
+    """Makes one family's :class:`Columns` cycle after cycle, keeping the labels tuple
+    object while the series are the same ones (cheap when the caller reuses its
+    label tuples: they compare by identity)."""
+
+    __slots__ = ("_labels", "name")
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._labels: tuple[tuple[str, ...], ...] = ()
+
+    def columns(
+        self, labels: list[tuple[str, ...]], values: Sequence[float], epoch: int | None = None
+    ) -> Columns:
+        """This cycle's columns of the family."""
+        now = tuple(labels)
+        # Tuples of the same label tuples compare by identity, item by item, in C.
+        if now != self._labels:
+            self._labels = now
+        return Columns(self.name, self._labels, values, epoch)
+
+
+class Batch(Sequence[Reading]):
+    """One collection's readings: single :class:`Reading` values plus whole families
+    as :class:`Columns`.
+
+    To everything but the store it is the sequence of readings it stands for
+    (single readings first, then each family's series in order).
+    """
+
+    __slots__ = ("_flat", "columns", "readings")
+
+    def __init__(self, readings: list[Reading], columns: list[Columns]) -> None:
+        self.readings = readings
+        self.columns = columns
+        self._flat: list[Reading] | None = None
+
+    def _all(self) -> list[Reading]:
+        flat = self._flat
+        if flat is None:
+            flat = self._flat = list(self.readings)
+            for c in self.columns:
+                flat.extend(c.readings())
+        return flat
+
+    def __len__(self) -> int:
+        return len(self.readings) + sum(len(c.values) for c in self.columns)
+
+    def __iter__(self) -> Iterator[Reading]:
+        return iter(self._all())
+
+    @overload
+    def __getitem__(self, index: int) -> Reading: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[Reading]: ...
+    def __getitem__(self, index: int | slice) -> Reading | Sequence[Reading]:
+        return self._all()[index]

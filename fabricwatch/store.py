@@ -32,8 +32,8 @@ from itertools import chain
 from types import MappingProxyType
 from typing import NamedTuple, overload
 
-from fabricwatch.counters import CounterState, Rate, TrackerSettings
-from fabricwatch.readings import HistogramValue, MetricKind, MetricSpec, Reading
+from fabricwatch.counters import CounterState, FamilyCounters, Rate, TrackerSettings
+from fabricwatch.readings import Batch, Columns, HistogramValue, MetricKind, MetricSpec, Reading
 
 SeriesKey = tuple[str, tuple[str, ...]]
 _Route = tuple[MetricSpec, dict[tuple[str, ...], "Series"], bool, bool, int, bool]
@@ -167,6 +167,20 @@ class Series:
 
 
 @dataclass(slots=True)
+class _ColumnState:
+    """The series one collector feeds a family's :class:`Columns` into, in column order.
+
+    Counter state lives in ``counters`` (row ``i`` for ``series[i]``), not in the
+    series' own :class:`CounterState`. ``labels`` is the labels tuple the series
+    were matched for; None after :meth:`SnapshotStore.expire` dropped some.
+    """
+
+    labels: tuple[tuple[str, ...], ...] | None
+    series: list[Series]
+    counters: FamilyCounters | None
+
+
+@dataclass(slots=True)
 class IngestResult:
     """What one :meth:`SnapshotStore.ingest` call did."""
 
@@ -214,6 +228,8 @@ class SnapshotStore:
         # collector may feed; one dict lookup per reading instead of three.
         # Rebuilt lazily after every register().
         self._routes: dict[str, dict[str, _Route]] = {}
+        # Per (collector, family) fed as Columns: its series in column order.
+        self._columns: dict[tuple[str, str], _ColumnState] = {}
 
     def register(self, collector: str, specs: Iterable[MetricSpec]) -> None:
         """Declare the families a collector produces. Names are unique across collectors."""
@@ -273,12 +289,19 @@ class SnapshotStore:
         """Store one collection's readings, taken at monotonic time ``now``.
 
         Readings of undeclared families, with the wrong number of labels, or
-        with a non-finite value are rejected and counted, never raised.
+        with a non-finite value are rejected and counted, never raised. A
+        :class:`~fabricwatch.readings.Batch` is taken as its single readings
+        plus its columns, each family in one pass (same results as readings).
         """
         result = IngestResult()
         routes = self._routes.get(collector)
         if routes is None:
             routes = self._route(collector)
+        if type(readings) is Batch:
+            for col in readings.columns:
+                self._ingest_columns(collector, routes, col, now, result)
+            readings = readings.readings
+        rejected_before = result.rejected
         series_map = self._series
         tracker = self._tracker
         ring_floats = 2 * self._history
@@ -343,9 +366,160 @@ class SnapshotStore:
                     h = 0
                     s.full = True
                 s.head = h
-        result.accepted = seen - result.rejected
+        result.accepted += seen - (result.rejected - rejected_before)
         self._oldest = oldest
         return result
+
+    def _ingest_columns(
+        self,
+        collector: str,
+        routes: dict[str, _Route],
+        col: Columns,
+        now: float,
+        result: IngestResult,
+    ) -> None:
+        """One family's columns: the per-reading loop of :meth:`ingest`, for a whole family."""
+        values = col.values
+        n = len(values)
+        route = routes.get(col.name)
+        if route is None:
+            for _ in range(n):
+                result.reject("undeclared")
+            return
+        _, _, is_counter, _, _, _ = route
+        # One check for the whole family: a NaN or an infinity makes the sum
+        # non-finite; only then is each value looked at.
+        bad: dict[int, str] = {}
+        if not math.isfinite(sum(values)) or (is_counter and n and min(values) < 0):
+            bad = _invalid(values, is_counter)
+        key = (collector, col.name)
+        st = self._columns.get(key)
+        if st is None or st.labels is not col.labels:
+            bound = None if bad else self._bind(collector, route, col, now, st)
+            if bound is None:
+                # New series with invalid samples or labels of the wrong length:
+                # reading by reading, each refused or kept on its own.
+                self._unbind(key)
+                single = self.ingest(collector, col.readings(), now)
+                result.accepted += single.accepted
+                for reason, k in single.reasons.items():
+                    result.rejected += k
+                    result.reasons[reason] = result.reasons.get(reason, 0) + k
+                return
+            st = self._columns[key] = bound
+        for reason in bad.values():
+            result.reject(reason)
+        result.accepted += n - len(bad)
+        series = st.series
+        ts = now
+        self._oldest = min(self._oldest, ts)
+        ring_floats = 2 * self._history
+        if is_counter:
+            fc = st.counters
+            assert fc is not None
+            rates = fc.update(values, ts, col.epoch, bad)
+            totals = fc.totals
+            for i, s in enumerate(series):
+                if bad and i in bad:
+                    continue
+                s.updated = ts
+                s.value = totals[i]
+                rate = s.rate = rates[i]
+                ring = s.ring
+                if rate is None or ring is None:
+                    continue
+                h = s.head
+                ring[h] = ts
+                ring[h + 1] = rate[0]
+                h += 2
+                if h == ring_floats:
+                    h = 0
+                    s.full = True
+                s.head = h
+            return
+        for i, s in enumerate(series):
+            if bad and i in bad:
+                continue
+            s.updated = ts
+            s.value = v = values[i]
+            ring = s.ring
+            if ring is None:
+                continue
+            h = s.head
+            ring[h] = ts
+            ring[h + 1] = v
+            h += 2
+            if h == ring_floats:
+                h = 0
+                s.full = True
+            s.head = h
+
+    def _unbind(self, key: tuple[str, str]) -> None:
+        """Hand a family's column state back to its series (single readings go on from it)."""
+        st = self._columns.pop(key, None)
+        if st is None or st.counters is None:
+            return
+        for i, s in enumerate(st.series):
+            if s is self._by_name[key[1]].get(s.labels):
+                s.counter = st.counters.state(i)
+
+    def _bind(
+        self,
+        collector: str,
+        route: _Route,
+        col: Columns,
+        now: float,
+        old: _ColumnState | None,
+    ) -> _ColumnState | None:
+        """Match (or create) the series of ``col``'s labels; carry their counter state over.
+
+        A series already fed as columns keeps its row, one fed as single readings
+        goes on from its :class:`CounterState`, a new one starts with this
+        sample (no rate yet, as for a single reading). None when a label tuple
+        has the wrong length.
+        """
+        spec, family, is_counter, keep, bits, _ = route
+        if old is not None and old.labels is not None and old.labels == col.labels:
+            old.labels = col.labels  # equal tuples, another object: same series
+            return old
+        width = len(spec.labels)
+        if any(len(labels) != width for labels in col.labels):
+            return None
+        rows: dict[int, int] = {}
+        if old is not None and old.counters is not None:
+            rows = {id(s): i for i, s in enumerate(old.series)}
+        fc = FamilyCounters(self._tracker, bits) if is_counter else None
+        series: list[Series] = []
+        blank = self._blank
+        epoch = col.epoch
+        for labels, value in zip(col.labels, col.values, strict=True):
+            s = family.get(labels)
+            if s is None:
+                s = Series(spec, labels, collector, value, now, blank[:] if keep else None)
+                self._series[(spec.name, labels)] = s
+                family[labels] = s
+                if fc is not None:
+                    fc.add(value, now, epoch)  # first sample: update() gives None
+            elif fc is not None:
+                row = rows.get(id(s))
+                if row is not None and old is not None and old.counters is not None:
+                    fc.take(old.counters, row)
+                elif s.counter is not None:
+                    fc.adopt(s.counter)
+                    s.counter = None
+                else:
+                    fc.add(value, now, epoch)
+            series.append(s)
+        if rows:
+            # Series that left the columns keep their state for when they come back
+            # (as columns or as single readings).
+            assert old is not None and old.counters is not None
+            kept = {id(s) for s in series}
+            for s_id, row in rows.items():
+                if s_id not in kept:
+                    gone = old.series[row]
+                    gone.counter = old.counters.state(row)
+        return _ColumnState(col.labels, series, fc)
 
     def expire(self, now: float) -> int:
         """Drop series not updated for ``stale_after`` seconds; return how many."""
@@ -356,8 +530,27 @@ class SnapshotStore:
         for key in old:
             del self._series[key]
             del self._by_name[key[0]][key[1]]
+        if old and self._columns:
+            self._prune_columns({name for name, _ in old})
         self._oldest = min((s.updated for s in self._series.values()), default=math.inf)
         return len(old)
+
+    def _prune_columns(self, names: set[str]) -> None:
+        """Drop expired series from the column states of families ``names``; those
+        states match their series again on the next ingest (not holding the dropped ones)."""
+        for (_, name), st in self._columns.items():
+            if name not in names:
+                continue
+            live = self._by_name[name]
+            keep = [i for i, s in enumerate(st.series) if live.get(s.labels) is s]
+            old_fc = st.counters
+            if old_fc is not None:
+                fc = FamilyCounters(old_fc.settings, old_fc.bits)
+                for i in keep:
+                    fc.take(old_fc, i)
+                st.counters = fc
+            st.series = [st.series[i] for i in keep]
+            st.labels = None
 
     def pad_history(self) -> int:
         """Fill every history ring to capacity with copies of its oldest point.
@@ -408,3 +601,14 @@ class SnapshotStore:
 
     def __len__(self) -> int:
         return len(self._series)
+
+
+def _invalid(values: Sequence[float], is_counter: bool) -> dict[int, str]:
+    """Index -> reject reason of each value :meth:`SnapshotStore.ingest` would refuse."""
+    bad: dict[int, str] = {}
+    for i, v in enumerate(values):
+        if not math.isfinite(v):
+            bad[i] = "not_finite"
+        elif is_counter and v < 0:
+            bad[i] = "negative"
+    return bad
