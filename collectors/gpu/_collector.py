@@ -14,7 +14,7 @@ import structlog
 
 from fabricwatch.collector import CollectorEnv
 from fabricwatch.errors import SourceAbsentError
-from fabricwatch.readings import MetricSpec, Reading
+from fabricwatch.readings import Batch, ColumnsBuilder, MetricSpec, Reading
 from fabricwatch.signals import (
     GPU_HEALTHY,
     GPU_INFO,
@@ -187,6 +187,24 @@ class _Gpu:
     warned: bool = False
 
 
+@dataclass(slots=True)
+class _LinkColumns:
+    """One cycle's NVLink samples of every GPU, family by family (labels, values)."""
+
+    up_labels: list[tuple[str, ...]]
+    up: list[float]
+    tx_labels: list[tuple[str, ...]]
+    tx: list[float]
+    rx_labels: list[tuple[str, ...]]
+    rx: list[float]
+    err_labels: list[tuple[str, ...]]
+    err: list[float]
+
+    @classmethod
+    def empty(cls) -> _LinkColumns:
+        return cls([], [], [], [], [], [], [], [])
+
+
 class _EventCounts:
     """Per-series event counters that first appear at 0, so the first event has a rate.
 
@@ -241,6 +259,11 @@ class GpuCollector:
         self._critical = _EventCounts()
         self._recent: deque[GpuEvent] = deque(maxlen=256)
         self._event_errors: deque[str] = deque(maxlen=16)
+        # The per-link families, the node's most numerous series, go to the store
+        # as columns (one labels tuple and one value list per family and cycle).
+        self._link_columns = tuple(
+            ColumnsBuilder(spec.name) for spec in (NVLINK_UP, NVLINK_TX, NVLINK_RX, NVLINK_ERRORS)
+        )
 
     @property
     def name(self) -> str:
@@ -484,8 +507,9 @@ class GpuCollector:
             self._critical.add((gpu, ev.kind.value))
         self._log.warning("gpu_critical_event", gpu=gpu, kind=ev.kind.value, code=ev.code)
 
-    def _readings(self) -> list[Reading]:
+    def _readings(self) -> Batch:
         out: list[Reading] = []
+        links = _LinkColumns.empty()
         epoch = self._epoch
         all_pids: list[int] = []
         new, add = _new_reading, out.append
@@ -507,7 +531,7 @@ class GpuCollector:
                 if s is not None and s.pids:
                     all_pids.extend(s.pids)
                 continue
-            self._sample_readings(out, g, s, epoch)
+            self._sample_readings(out, links, g, s, epoch)
             if s.pids is not None:
                 all_pids.extend(s.pids)
                 add(new(Reading, (GPU_PROCS.name, lab, float(len(s.pids)), None, None, None)))
@@ -518,13 +542,22 @@ class GpuCollector:
         out.extend(self._xids.readings(GPU_XID.name, epoch))
         out.extend(self._critical.readings(CRITICAL_EVENTS.name, epoch))
         out.append(Reading(STUCK.name, (), float(self._facade.stuck)))
-        return out
+        up, tx, rx, err = self._link_columns
+        columns = [
+            up.columns(links.up_labels, links.up),
+            tx.columns(links.tx_labels, links.tx, epoch),
+            rx.columns(links.rx_labels, links.rx, epoch),
+            err.columns(links.err_labels, links.err, epoch),
+        ]
+        return Batch(out, [c for c in columns if c.values])
 
     @staticmethod
-    def _sample_readings(out: list[Reading], g: _Gpu, s: GpuSample, epoch: int) -> None:
-        # The node's most numerous readings (18 links x 4+ per GPU, 40 more per
-        # GPU): plain tuples, without NamedTuple's Python-level __new__, with
-        # the GPU's cached label tuples.
+    def _sample_readings(
+        out: list[Reading], links: _LinkColumns, g: _Gpu, s: GpuSample, epoch: int
+    ) -> None:
+        # About 40 readings per GPU: plain tuples, without NamedTuple's
+        # Python-level __new__, with the GPU's cached label tuples; the per-link
+        # samples (18 links x 4+ per GPU) go into the columns.
         new, add = _new_reading, out.append
         labels = g.labels
         lab = labels.gpu
@@ -553,25 +586,27 @@ class GpuCollector:
         if s.remapped_uncorrectable is not None:
             v = s.remapped_uncorrectable
             add(new(Reading, (REMAPPED_ROWS.name, uncorrectable, v, None, None, None)))
-        up_name, tx_name, rx_name, err_name = (
-            NVLINK_UP.name,
-            NVLINK_TX.name,
-            NVLINK_RX.name,
-            NVLINK_ERRORS.name,
-        )
         gl = g.label
         link_labels = labels.links
+        up_l, up_v = links.up_labels.append, links.up.append
+        tx_l, tx_v = links.tx_labels.append, links.tx.append
+        rx_l, rx_v = links.rx_labels.append, links.rx.append
+        err_l, err_v = links.err_labels.append, links.err.append
         for ln in s.links:
             got = link_labels.get(ln.link)
             ll, by_kind = got if got is not None else labels.link(gl, ln.link)
             if ln.up is not None:
-                add(new(Reading, (up_name, ll, 1.0 if ln.up else 0.0, None, None, None)))
+                up_l(ll)
+                up_v(1.0 if ln.up else 0.0)
             if ln.tx_bytes is not None:
-                add(new(Reading, (tx_name, ll, ln.tx_bytes, None, epoch, None)))
+                tx_l(ll)
+                tx_v(ln.tx_bytes)
             if ln.rx_bytes is not None:
-                add(new(Reading, (rx_name, ll, ln.rx_bytes, None, epoch, None)))
+                rx_l(ll)
+                rx_v(ln.rx_bytes)
             for kind, value in ln.errors.items():
                 kl = by_kind.get(kind)
                 if kl is None:
                     kl = by_kind[kind] = (*ll, kind)
-                add(new(Reading, (err_name, kl, value, None, epoch, None)))
+                err_l(kl)
+                err_v(value)
