@@ -1059,6 +1059,12 @@ def main() -> None:
     )
     ap.add_argument("--profile", type=Path, default=None, help="write a cProfile here")
     ap.add_argument(
+        "--shape",
+        default=None,
+        choices=[s.label for s in SCALING],
+        help="measure only this shape of the scaling table (--runs runs; for iterating)",
+    )
+    ap.add_argument(
         "--json", action="store_true", help="print the headline ratios as one JSON line last"
     )
     ap.add_argument("--results", type=Path, default=None, help="write every figure here (JSON)")
@@ -1082,15 +1088,16 @@ def main() -> None:
             asyncio.run(_child(http_port, ports_n, uplinks))
         return
     prof = cProfile.Profile() if args.profile is not None else None
+    shape = DESIGN if args.shape is None else next(s for s in SCALING if s.label == args.shape)
     windows = run_shape(
-        DESIGN, args.runs, args.warmup, args.seconds, prof, no_gc_freeze=args.no_gc_freeze
+        shape, args.runs, args.warmup, args.seconds, prof, no_gc_freeze=args.no_gc_freeze
     )
     for w in windows:
-        report(DESIGN, w, profiled=prof is not None)
-    head = summary(DESIGN, windows)
+        report(shape, w, profiled=prof is not None)
+    head = summary(shape, windows)
     print_summary(head)
     table: list[dict[str, Any]] = []
-    if args.scaling_seconds > 0:
+    if args.scaling_seconds > 0 and shape == DESIGN:
         for shape in SCALING:
             if shape == DESIGN:
                 table.append(head)
