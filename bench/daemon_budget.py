@@ -782,6 +782,9 @@ async def measure(
                 raise RuntimeError(msg)
             _timed_tick_parts(daemon, acct)
             await asyncio.sleep(warmup)
+            # Steady state for /metrics too: the first render of a series caches its
+            # text prefix (a scrape during the window would pay that once).
+            scrape_cpu(daemon, 1)
             states = {s.name: s.collections for s in daemon.supervisor.states}
             ref = reference_cpu()
             gc_clock = GcClock()

@@ -329,11 +329,13 @@ class FamilyCounters:
         ts: float,
         epoch: int | None = None,
         skip: Collection[int] = (),
+        epochs: Sequence[int | None] | None = None,
     ) -> list[Rate | None]:
         """One poll of every series (``values`` in index order, finite and >= 0).
 
-        Series whose index is in ``skip`` (their sample was invalid) get None
-        and keep their state, as if they had not been polled.
+        ``epochs``, when given, is each series' own epoch (instead of ``epoch``
+        for all). Series whose index is in ``skip`` (their sample was invalid)
+        get None and keep their state, as if they had not been polled.
         """
         settings = self.settings
         gap_after = settings.gap_after
@@ -341,7 +343,7 @@ class FamilyCounters:
         max_hold = settings.max_hold
         modulus = 1 << self.bits
         half = modulus / 2
-        vals, tss, epochs = self._value, self._ts, self._epoch
+        vals, tss, state_epochs = self._value, self._ts, self._epoch
         change, refreshes, last_rates = self._change_ts, self._refresh, self._last_rate
         totals, moved = self._total, self._moved
         out: list[Rate | None] = []
@@ -353,13 +355,15 @@ class FamilyCounters:
                 continue
             prev = vals[i]
             delta = value - prev
-            if epoch != epochs[i] or (
+            if epochs is not None:
+                epoch = epochs[i]
+            if epoch != state_epochs[i] or (
                 delta < 0 and not (prev >= half and 0 <= value + modulus - prev < half)
             ):
                 # A reset (see CounterState._reset).
                 vals[i] = value
                 tss[i] = ts
-                epochs[i] = epoch
+                state_epochs[i] = epoch
                 change[i] = ts
                 moved[i] = False
                 last_rates[i] = 0.0

@@ -111,18 +111,20 @@ class Columns:
             one identity check instead of a lookup per series.
         values: the samples (counters: raw values), in the order of ``labels``.
         epoch: discontinuity token of every series (see :attr:`Reading.epoch`).
+        epochs: each series' own token instead, in the order of ``labels``.
     """
 
     name: str
     labels: tuple[tuple[str, ...], ...]
     values: Sequence[float]
     epoch: int | None = None
+    epochs: Sequence[int | None] | None = None
 
     def readings(self) -> Iterator[Reading]:
         """The same samples as single readings."""
-        name, epoch = self.name, self.epoch
-        for labels, value in zip(self.labels, self.values, strict=True):
-            yield Reading(name, labels, value, None, epoch)
+        name, epoch, epochs = self.name, self.epoch, self.epochs
+        for i, (labels, value) in enumerate(zip(self.labels, self.values, strict=True)):
+            yield Reading(name, labels, value, None, epoch if epochs is None else epochs[i])
 
 
 class ColumnsBuilder:
@@ -137,14 +139,18 @@ class ColumnsBuilder:
         self._labels: tuple[tuple[str, ...], ...] = ()
 
     def columns(
-        self, labels: list[tuple[str, ...]], values: Sequence[float], epoch: int | None = None
+        self,
+        labels: list[tuple[str, ...]],
+        values: Sequence[float],
+        epoch: int | None = None,
+        epochs: Sequence[int | None] | None = None,
     ) -> Columns:
-        """This cycle's columns of the family."""
+        """This cycle's columns of the family (``epochs``: per series, see :class:`Columns`)."""
         now = tuple(labels)
         # Tuples of the same label tuples compare by identity, item by item, in C.
         if now != self._labels:
             self._labels = now
-        return Columns(self.name, self._labels, values, epoch)
+        return Columns(self.name, self._labels, values, epoch, epochs)
 
 
 class Batch(Sequence[Reading]):

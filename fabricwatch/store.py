@@ -417,7 +417,7 @@ class SnapshotStore:
         if is_counter:
             fc = st.counters
             assert fc is not None
-            rates = fc.update(values, ts, col.epoch, bad)
+            rates = fc.update(values, ts, col.epoch, bad, col.epochs)
             totals = fc.totals
             for i, s in enumerate(series):
                 if bad and i in bad:
@@ -491,8 +491,9 @@ class SnapshotStore:
         fc = FamilyCounters(self._tracker, bits) if is_counter else None
         series: list[Series] = []
         blank = self._blank
-        epoch = col.epoch
-        for labels, value in zip(col.labels, col.values, strict=True):
+        epochs = col.epochs
+        for i, (labels, value) in enumerate(zip(col.labels, col.values, strict=True)):
+            epoch = col.epoch if epochs is None else epochs[i]
             s = family.get(labels)
             if s is None:
                 s = Series(spec, labels, collector, value, now, blank[:] if keep else None)

@@ -33,7 +33,10 @@ G = MetricSpec("fabricwatch_test_link_up", MetricKind.GAUGE, "u", ("gpu", "link"
 SPECS = (C32, C64, G)
 
 _STEP = st.sampled_from(
-    ["hold", "hold", "inc", "inc", "inc", "big", "back", "reset", "nan", "negative", "absent"]
+    [
+        *("hold", "hold", "inc", "inc", "inc", "big", "back", "reset"),
+        *("nan", "negative", "absent", "own_epoch"),
+    ]
 )
 
 
@@ -77,18 +80,21 @@ def _snapshot(store: SnapshotStore) -> dict[tuple[str, tuple[str, ...]], object]
     ),
     gap_after=st.sampled_from([3.0, 10.0]),
     max_hold=st.sampled_from([1.5, 5.0]),
+    per_series=st.booleans(),  # each series its own epoch (a NIC port re-plugged alone)
 )
 def test_columns_equal_single_readings_through_the_store(
     width: int,
     polls: list[tuple[float, bool, list[tuple[str, int]], bool]],
     gap_after: float,
     max_hold: float,
+    per_series: bool,
 ) -> None:
     by_columns, by_readings = _stores(gap_after, max_hold, stale=30.0)
     builders = {spec.name: ColumnsBuilder(spec.name) for spec in SPECS}
     labels = [("0", str(i)) for i in range(width)]  # the same tuple objects every poll
     values = [float((1 << 32) - 1000 * (i + 1)) for i in range(width)]  # wrap soon
     now, epoch = 100.0, 0
+    own = [0] * width
     for dt, reboot, steps, expire in polls:
         now += dt
         epoch += 1 if reboot else 0
@@ -96,6 +102,7 @@ def test_columns_equal_single_readings_through_the_store(
             assert by_columns.expire(now) == by_readings.expire(now)
         sent_labels: list[tuple[str, ...]] = []
         sent: list[float] = []
+        sent_epochs: list[int | None] = []
         for i in range(width):
             kind, n = steps[i]
             if kind == "absent":
@@ -108,14 +115,19 @@ def test_columns_equal_single_readings_through_the_store(
                 values[i] = float((int(values[i]) + (1 << 32) - n) % (1 << 32))
             elif kind == "reset":
                 values[i] = float(n % 100)
+            elif kind == "own_epoch":
+                own[i] += 1
+                values[i] = float((int(values[i]) + n) % (1 << 32))
             sample = {"nan": math.nan, "negative": -1.0}.get(kind, values[i])
             sent_labels.append(labels[i])
             sent.append(sample)
+            sent_epochs.append(epoch + 1000 * own[i])
         columns = [
             builders[spec.name].columns(
                 sent_labels,
                 list(sent),
                 None if spec.kind is MetricKind.GAUGE else epoch,
+                list(sent_epochs) if per_series and spec.kind is MetricKind.COUNTER else None,
             )
             for spec in SPECS
         ]
