@@ -112,6 +112,8 @@ class Columns:
         values: the samples (counters: raw values), in the order of ``labels``.
         epoch: discontinuity token of every series (see :attr:`Reading.epoch`).
         epochs: each series' own token instead, in the order of ``labels``.
+        ts: monotonic time of the samples, if the collector knows it better
+            than the pipeline (see :attr:`Reading.ts`).
     """
 
     name: str
@@ -119,12 +121,13 @@ class Columns:
     values: Sequence[float]
     epoch: int | None = None
     epochs: Sequence[int | None] | None = None
+    ts: float | None = None
 
     def readings(self) -> Iterator[Reading]:
         """The same samples as single readings."""
-        name, epoch, epochs = self.name, self.epoch, self.epochs
+        name, epoch, epochs, ts = self.name, self.epoch, self.epochs, self.ts
         for i, (labels, value) in enumerate(zip(self.labels, self.values, strict=True)):
-            yield Reading(name, labels, value, None, epoch if epochs is None else epochs[i])
+            yield Reading(name, labels, value, ts, epoch if epochs is None else epochs[i])
 
 
 class ColumnsBuilder:

@@ -394,8 +394,9 @@ class SnapshotStore:
             bad = _invalid(values, is_counter)
         key = (collector, col.name)
         st = self._columns.get(key)
+        ts = now if col.ts is None else col.ts
         if st is None or st.labels is not col.labels:
-            bound = None if bad else self._bind(collector, route, col, now, st)
+            bound = None if bad else self._bind(collector, route, col, ts, st)
             if bound is None:
                 # New series with invalid samples or labels of the wrong length:
                 # reading by reading, each refused or kept on its own.
@@ -411,7 +412,6 @@ class SnapshotStore:
             result.reject(reason)
         result.accepted += n - len(bad)
         series = st.series
-        ts = now
         self._oldest = min(self._oldest, ts)
         ring_floats = 2 * self._history
         if is_counter:
@@ -468,7 +468,7 @@ class SnapshotStore:
         collector: str,
         route: _Route,
         col: Columns,
-        now: float,
+        ts: float,
         old: _ColumnState | None,
     ) -> _ColumnState | None:
         """Match (or create) the series of ``col``'s labels; carry their counter state over.
@@ -496,11 +496,11 @@ class SnapshotStore:
             epoch = col.epoch if epochs is None else epochs[i]
             s = family.get(labels)
             if s is None:
-                s = Series(spec, labels, collector, value, now, blank[:] if keep else None)
+                s = Series(spec, labels, collector, value, ts, blank[:] if keep else None)
                 self._series[(spec.name, labels)] = s
                 family[labels] = s
                 if fc is not None:
-                    fc.add(value, now, epoch)  # first sample: update() gives None
+                    fc.add(value, ts, epoch)  # first sample: update() gives None
             elif fc is not None:
                 row = rows.get(id(s))
                 if row is not None and old is not None and old.counters is not None:
@@ -509,7 +509,7 @@ class SnapshotStore:
                     fc.adopt(s.counter)
                     s.counter = None
                 else:
-                    fc.add(value, now, epoch)
+                    fc.add(value, ts, epoch)
             series.append(s)
         if rows:
             # Series that left the columns keep their state for when they come back

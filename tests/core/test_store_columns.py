@@ -12,6 +12,7 @@ expiry.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -80,15 +81,18 @@ def _snapshot(store: SnapshotStore) -> dict[tuple[str, tuple[str, ...]], object]
     ),
     gap_after=st.sampled_from([3.0, 10.0]),
     max_hold=st.sampled_from([1.5, 5.0]),
-    per_series=st.booleans(),  # each series its own epoch (a NIC port re-plugged alone)
+    # (each series its own epoch, as a NIC port re-plugged alone; samples time-stamped
+    # by the collector, as SNMP responses)
+    variant=st.tuples(st.booleans(), st.booleans()),
 )
 def test_columns_equal_single_readings_through_the_store(
     width: int,
     polls: list[tuple[float, bool, list[tuple[str, int]], bool]],
     gap_after: float,
     max_hold: float,
-    per_series: bool,
+    variant: tuple[bool, bool],
 ) -> None:
+    per_series, stamped = variant
     by_columns, by_readings = _stores(gap_after, max_hold, stale=30.0)
     builders = {spec.name: ColumnsBuilder(spec.name) for spec in SPECS}
     labels = [("0", str(i)) for i in range(width)]  # the same tuple objects every poll
@@ -131,6 +135,8 @@ def test_columns_equal_single_readings_through_the_store(
             )
             for spec in SPECS
         ]
+        if stamped:  # the collector knows the sample time (an SNMP response's arrival)
+            columns = [replace(c, ts=now - 0.25) for c in columns]
         singles = [r for c in columns for r in c.readings()]
         got = by_columns.ingest("gpu", Batch([], columns), now)
         want = by_readings.ingest("gpu", singles, now)
