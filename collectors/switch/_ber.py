@@ -220,7 +220,33 @@ def decode_response(data: bytes, oids: dict[bytes, Oid] | None = None) -> Respon
     if tag != _SEQUENCE:
         raise ParseError("missing VarBindList")
     varbinds: list[VarBind] = []
+    push = varbinds.append
+    numeric = _NUMERIC_APP
     while pos < vbl_end:
+        # The common varbind inline: short-form lengths throughout, an OID and a
+        # counter or gauge; the same checks and results as the general path below
+        # (which everything else, malformed input included, takes).
+        if pos + 4 <= vbl_end and data[pos] == _SEQUENCE and data[pos + 2] == _OID:
+            n, k = data[pos + 1], data[pos + 3]
+            vb_end = pos + 2 + n
+            oe = pos + 4 + k
+            if n < 0x80 and k < 0x80 and k > 0 and vb_end <= vbl_end and oe + 2 <= vb_end:
+                vtag, vl = data[oe], data[oe + 1]
+                ve = oe + 2 + vl
+                if vtag in numeric and 0 < vl < 0x80 and ve <= vb_end:
+                    body = data[pos + 4 : oe]
+                    oid = None if oids is None else oids.get(body)
+                    if oid is None:
+                        oid = decode_oid(body)
+                        if oids is not None and len(oids) < OID_CACHE_CAP:
+                            oids[body] = oid
+                    value = int.from_bytes(data[oe + 2 : ve], "big")
+                    if value.bit_length() > (64 if vtag == 0x46 else 32):
+                        msg = f"value out of range for its type (tag 0x{vtag:02x}): {value}"
+                        raise ParseError(msg)
+                    push((oid, value))
+                    pos = vb_end
+                    continue
         tag, s, vb_end = _header(data, pos, vbl_end)
         if tag != _SEQUENCE:
             raise ParseError("malformed VarBind")
@@ -234,7 +260,7 @@ def decode_response(data: bytes, oids: dict[bytes, Oid] | None = None) -> Respon
             if oids is not None and len(oids) < OID_CACHE_CAP:
                 oids[body] = oid
         tag, vs, ve = _header(data, oe, vb_end)
-        varbinds.append((oid, _dec_value(data, tag, vs, ve)))
+        push((oid, _dec_value(data, tag, vs, ve)))
         pos = vb_end
     return Response(fields[0], fields[1], fields[2], varbinds)
 

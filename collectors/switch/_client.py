@@ -457,22 +457,26 @@ async def walk(
         n = len(batch)
         done: set[Oid] = set()
         progressed = False
-        for i, (oid, value) in enumerate(vbs):
-            col = batch[i % n]
-            if col in done:
-                continue
+        for j, col in enumerate(batch):
+            # Column j's rows are every n-th varbind from j (a slice, in C).
             plen = len(col)
-            if (
-                isinstance(value, Special)
-                or oid[:plen] != col
-                or len(oid) == plen
-                or oid <= cursor[col]
-            ):
-                done.add(col)
-                continue
-            result[col].append((oid, value))
-            cursor[col] = oid
-            progressed = True
+            cur = cursor[col]
+            rows = result[col]
+            before = len(rows)
+            for oid, value in vbs[j::n]:
+                if (
+                    isinstance(value, Special)
+                    or oid[:plen] != col
+                    or len(oid) == plen
+                    or oid <= cur
+                ):
+                    done.add(col)
+                    break
+                rows.append((oid, value))
+                cur = oid
+            if len(rows) > before:
+                cursor[col] = cur
+                progressed = True
         if not done and not progressed:
             msg = "GETBULK reply made no progress (agent answers fewer varbinds than columns)"
             raise SnmpError(msg)

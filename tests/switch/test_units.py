@@ -326,3 +326,50 @@ def test_registered_and_settings_are_strict() -> None:
     for data, match in bad:
         with pytest.raises(ConfigError, match=match):
             build(SwitchSettings, data, prefix="collectors.switch")
+
+
+def _ber_len(n: int) -> bytes:
+    return bytes((n,)) if n < 0x80 else bytes((0x82, n >> 8, n & 0xFF))
+
+
+def _tlv(tag: int, body: bytes, *, long_form: bool = False) -> bytes:
+    """A TLV; ``long_form``: its length as 0x81 n (legal BER, off the decoder's fast path)."""
+    if long_form:
+        return bytes((tag, 0x81, len(body))) + body
+    return bytes((tag,)) + _ber_len(len(body)) + body
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            oids.filter(lambda o: len(o) >= 2),
+            st.sampled_from([0x41, 0x42, 0x43, 0x46]),
+            st.integers(0, (1 << 64) - 1),
+            st.sampled_from(["varbind", "oid", "value", "none"]),
+        ),
+        min_size=1,
+        max_size=8,
+    )
+)
+def test_varbinds_decode_alike_with_short_and_long_length_forms(
+    vbs: list[tuple[tuple[int, ...], int, int, str]],
+) -> None:
+    """The decoder's inline path (short lengths, numeric values) and its general one
+    (any BER) give the same varbinds."""
+    want = [(o, v if tag == 0x46 else v & 0xFFFFFFFF) for o, tag, v, _ in vbs]
+    short = encode_response(
+        b"c",
+        7,
+        [(o, tag, enc_unsigned(v)) for (o, tag, _, _), (_, v) in zip(vbs, want, strict=True)],
+    )
+    assert decode_response(short).varbinds == want
+    vbl = b""
+    for (o, tag, _, where), (_, v) in zip(vbs, want, strict=True):
+        oid = _tlv(0x06, encode_oid(o)[2:], long_form=where == "oid")
+        value = _tlv(tag, enc_unsigned(v), long_form=where == "value")
+        vbl += _tlv(0x30, oid + value, long_form=where == "varbind")
+    head = b"\x02\x01\x07\x02\x01\x00\x02\x01\x00"  # request-id 7, no error
+    pdu = _tlv(RESPONSE, head + _tlv(0x30, vbl))
+    mixed = _tlv(0x30, b"\x02\x01\x01" + _tlv(0x04, b"c") + pdu)
+    assert decode_response(mixed).varbinds == want
