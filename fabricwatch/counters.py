@@ -15,6 +15,7 @@ produce spikes or negative intervals.
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Collection, Hashable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -229,6 +230,7 @@ class FamilyCounters:
 
     __slots__ = (
         "_change_ts",
+        "_common",
         "_epoch",
         "_last_rate",
         "_moved",
@@ -251,6 +253,9 @@ class FamilyCounters:
         self._last_rate: list[float] = []
         self._total: list[float] = []
         self._moved: list[bool] = []
+        # (ts, epoch) when every series was last polled at ts with that epoch: the
+        # next poll may take the steady path (see _steady).
+        self._common: tuple[float, int | None] | None = None
 
     def __len__(self) -> int:
         return len(self._value)
@@ -313,6 +318,7 @@ class FamilyCounters:
         """Append one series' state: (value, ts, epoch, change_ts, refresh, last_rate,
         total, moved)."""
         value, ts, epoch, change_ts, refresh, last_rate, total, moved = row
+        self._common = None
         self._value.append(value)
         self._ts.append(ts)
         self._epoch.append(epoch)
@@ -337,6 +343,13 @@ class FamilyCounters:
         for all). Series whose index is in ``skip`` (their sample was invalid)
         get None and keep their state, as if they had not been polled.
         """
+        common = self._common
+        if common is not None and not skip and epochs is None and common[1] == epoch:
+            steady = self._steady(values, ts, common[0], epoch)
+            if steady is not None:
+                return steady
+        uniform = not skip and epochs is None and len(values) == len(self._value)
+        self._common = (ts, epoch) if uniform else None
         settings = self.settings
         gap_after = settings.gap_after
         hold_factor = settings.hold_factor
@@ -351,6 +364,7 @@ class FamilyCounters:
         for i, value in enumerate(values):
             dt = ts - tss[i]
             if dt <= 0 or (skip and i in skip):
+                self._common = None  # this series keeps its older poll time
                 push(None)
                 continue
             prev = vals[i]
@@ -393,4 +407,58 @@ class FamilyCounters:
             last_rates[i] = per_second
             moved[i] = True
             push(_new_rate(Rate, (per_second, interval, False, interval > gap_after)))
+        return out
+
+    def _steady(
+        self, values: Sequence[float], ts: float, prev_ts: float, epoch: int | None
+    ) -> list[Rate | None] | None:
+        """:meth:`update` when every series was polled at ``prev_ts`` with this epoch and
+        none went backwards (no reset, no wrap): the deltas, totals and stored values
+        in C (``map``), the rest as in :meth:`update`. None (nothing changed) otherwise."""
+        dt = ts - prev_ts
+        vals = self._value
+        if dt <= 0 or len(values) != len(vals):
+            return None
+        deltas = list(map(operator.sub, values, vals))
+        if deltas and min(deltas) < 0:
+            return None
+        settings = self.settings
+        gap_after = settings.gap_after
+        hold_factor = settings.hold_factor
+        max_hold = settings.max_hold
+        change, refreshes, last_rates = self._change_ts, self._refresh, self._last_rate
+        moved = self._moved
+        hold_dt = hold_factor * dt
+        hold_dt = max_hold if max_hold < hold_dt else hold_dt
+        zero = _new_rate(Rate, (0.0, dt, False, dt > gap_after))  # one object for all
+        out: list[Rate | None] = []
+        push = out.append
+        for i, delta in enumerate(deltas):
+            refresh = refreshes[i]
+            if refresh is None:
+                hold = hold_dt
+            else:
+                hold = hold_factor * refresh
+                hold = max_hold if max_hold < hold else hold
+            if delta == 0:
+                if moved[i]:
+                    since_change = ts - change[i]
+                    if since_change <= hold:
+                        push(_new_rate(Rate, (last_rates[i], since_change, True, False)))
+                        continue
+                push(zero)
+                continue
+            since_change = ts - change[i]
+            interval = since_change if since_change <= (dt if hold < dt else hold) else dt
+            per_second = delta / interval
+            if moved[i] and interval <= max_hold:
+                refreshes[i] = interval if refresh is None or interval < refresh else refresh
+            change[i] = ts
+            last_rates[i] = per_second
+            moved[i] = True
+            push(_new_rate(Rate, (per_second, interval, False, interval > gap_after)))
+        self._value = list(values)
+        self._total = list(map(operator.add, self._total, deltas))
+        self._ts = [ts] * len(vals)
+        self._common = (ts, epoch)
         return out
