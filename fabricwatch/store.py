@@ -476,15 +476,17 @@ class SnapshotStore:
         A series already fed as columns keeps its row, one fed as single readings
         goes on from its :class:`CounterState`, a new one starts with this
         sample (no rate yet, as for a single reading). None when a label tuple
-        has the wrong length.
+        has the wrong length or a series comes twice.
         """
         spec, family, is_counter, keep, bits, _ = route
         if old is not None and old.labels is not None and old.labels == col.labels:
             old.labels = col.labels  # equal tuples, another object: same series
             return old
         width = len(spec.labels)
-        if any(len(labels) != width for labels in col.labels):
-            return None
+        if any(len(labels) != width for labels in col.labels) or len(set(col.labels)) != len(
+            col.labels
+        ):
+            return None  # wrong label count, or a series twice: reading by reading
         rows: dict[int, int] = {}
         if old is not None and old.counters is not None:
             rows = {id(s): i for i, s in enumerate(old.series)}

@@ -14,7 +14,7 @@ import structlog
 from fabricwatch.collector import CollectorEnv
 from fabricwatch.counters import CounterTracker
 from fabricwatch.errors import CollectorError
-from fabricwatch.readings import MetricSpec, Reading
+from fabricwatch.readings import Batch, Columns, ColumnsBuilder, MetricSpec, Reading
 
 from . import _ethtool as et
 from ._ethtool import (
@@ -214,6 +214,28 @@ class _StatPlan:
 
 
 @dataclass(slots=True)
+class _Acc:
+    """One counter family's samples of the cycle so far, across ports: handed to the
+    store as :class:`Columns` (each port's series with its port's epoch)."""
+
+    builder: ColumnsBuilder
+    labels: list[tuple[str, ...]] = field(default_factory=list)
+    values: list[float] = field(default_factory=list)
+    epochs: list[int | None] = field(default_factory=list)
+
+    def take(self) -> Columns:
+        """This cycle's columns; the accumulator is empty again."""
+        cols = self.builder.columns(self.labels, list(self.values), epochs=list(self.epochs))
+        self.clear()
+        return cols
+
+    def clear(self) -> None:
+        self.labels.clear()
+        self.values.clear()
+        self.epochs.clear()
+
+
+@dataclass(slots=True)
 class _Port:
     reader: PortReader
     place: PortPlace
@@ -255,6 +277,8 @@ class NicCollector:
         self._devices_seen: frozenset[str] = frozenset()
         self._vanished: set[tuple[str, str]] = set()
         self._saturated_said: set[tuple[str, str, str]] = set()
+        # Counter families by name: the cycle's samples across ports (see _Acc).
+        self._accs: dict[str, _Acc] = {}
 
     @property
     def name(self) -> str:
@@ -307,7 +331,7 @@ class NicCollector:
 
     # -- the cycle -------------------------------------------------------------
 
-    def collect_sync(self) -> list[Reading]:
+    def collect_sync(self) -> Batch:
         """One collection cycle, synchronously (what :meth:`collect` runs in a thread)."""
         if not self._lock.acquire(blocking=False):
             msg = "previous NIC collection still running"
@@ -375,7 +399,15 @@ class NicCollector:
             self._vanished.add(key)
         self._next_rescan = float("-inf")
 
-    def _cycle(self) -> list[Reading]:
+    def _acc(self, family: str) -> _Acc:
+        acc = self._accs.get(family)
+        if acc is None:
+            acc = self._accs[family] = _Acc(ColumnsBuilder(family))
+        return acc
+
+    def _cycle(self) -> Batch:
+        for acc in self._accs.values():
+            acc.clear()  # a cycle that raised half-way leaves nothing behind
         now = self._env.monotonic()
         if self._devices_changed() or now >= self._next_rescan:
             self._rescan(now)
@@ -399,7 +431,7 @@ class NicCollector:
                     Reading(GPU_LOCALITY.name, (place.device, place.port, bus_id, where), 1.0)
                 )
         self._signals.sweep()
-        return out
+        return Batch(out, [acc.take() for acc in self._accs.values() if acc.values])
 
     def _port_readings(self, port: _Port, s: PortSample, ts: float, out: list[Reading]) -> None:
         lab = port.labels
@@ -428,8 +460,12 @@ class NicCollector:
         plan = port.plan
         if plan is None or plan.names != names:
             plan = port.plan = _counter_plan(lab, names)
+        acc = self._acc
         for name, family, labels, mult in plan.counters:
-            push(new(reading, (family, labels, float(c[name] * mult), None, ep, None)))
+            a = acc(family)
+            a.labels.append(labels)
+            a.values.append(float(c[name] * mult))
+            a.epochs.append(ep)
         wait = c.get("port_xmit_wait")
         if wait is not None and s.rate_bps:
             rate = self._signals.rate((lab, "xmit_wait"), wait, ts, bits=32, epoch=ep)
@@ -437,10 +473,16 @@ class NicCollector:
                 ratio = xmit_wait_ratio(rate, s.rate_bps, self._settings.xmit_wait_tick_bytes)
                 push(new(reading, (XMIT_WAIT_RATIO.name, lab, ratio, None, None, None)))
         for name, family, labels, mult in plan.congestion:
-            push(new(reading, (family, labels, float(hw[name] * mult), None, ep, None)))
+            a = acc(family)
+            a.labels.append(labels)
+            a.values.append(float(hw[name] * mult))
+            a.epochs.append(ep)
         push(new(reading, (CC_PRESENT.name, lab, plan.cc_present, None, None, None)))
         for name, family, labels, mult in plan.hw:
-            push(new(reading, (family, labels, float(hw[name] * mult), None, ep, None)))
+            a = acc(family)
+            a.labels.append(labels)
+            a.values.append(float(hw[name] * mult))
+            a.epochs.append(ep)
         if s.errors:
             total = self._read_errors.get(lab, 0) + len(s.errors)
             self._read_errors[lab] = total
@@ -490,13 +532,10 @@ class NicCollector:
             )
         return _StatPlan(names, tuple(chosen))
 
-    @staticmethod
-    def _sum_readings(
-        port: _Port, sums: dict[tuple[str, str, str], int], out: list[Reading]
-    ) -> None:
-        """The bond-summed driver statistics as counter readings."""
+    def _sum_readings(self, port: _Port, sums: dict[tuple[str, str, str], int]) -> None:
+        """The bond-summed driver statistics as counter samples."""
         emit, lab, ep = port.emit, port.labels, port.epoch
-        new, reading = _new_reading, Reading
+        acc = self._acc
         for kt, value in sums.items():
             try:
                 how = emit[kt]
@@ -508,7 +547,10 @@ class NicCollector:
             v = float(value)
             if divisor:
                 v = v / divisor
-            out.append(new(reading, (family, labels, v, None, ep, None)))
+            a = acc(family)
+            a.labels.append(labels)
+            a.values.append(v)
+            a.epochs.append(ep)
 
     def _ethtool_readings(self, port: _Port, s: PortSample, ts: float, out: list[Reading]) -> None:
         assert self._ethtool is not None
@@ -568,7 +610,7 @@ class NicCollector:
             self._flag_saturated(lab, pinned, out)
             for kt in skip:
                 sums.pop(kt, None)  # a bond sum missing one member would look like a reset
-        self._sum_readings(port, sums, out)
+        self._sum_readings(port, sums)
         for (prio, direction, link_level), ratio in ratios.items():
             if link_level:
                 push(

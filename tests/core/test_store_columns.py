@@ -206,3 +206,14 @@ def test_columns_of_an_undeclared_family_or_wrong_labels_are_refused_and_counted
     assert res.rejected == 2
     assert res.reasons == {"undeclared": 1, "labels": 1}
     assert store.get(G.name, ("0", "1")) is not None
+
+
+def test_a_series_twice_in_one_column_is_taken_as_single_readings() -> None:
+    """Columns with one series twice go reading by reading: the same as readings."""
+    by_columns, by_readings = _stores(10.0, 5.0, 30.0)
+    lab = ("0", "1")
+    for now, (a, b) in enumerate([(100.0, 150.0), (300.0, 320.0), (400.0, 410.0)]):
+        cols = Columns(C64.name, (lab, lab), [a, b], 1)
+        by_columns.ingest("gpu", Batch([], [cols]), float(now))
+        by_readings.ingest("gpu", list(cols.readings()), float(now))
+        assert _snapshot(by_columns) == _snapshot(by_readings)
