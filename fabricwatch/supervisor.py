@@ -12,7 +12,7 @@ import asyncio
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import structlog
 
@@ -24,7 +24,7 @@ from fabricwatch.collector import (
     StartupPolicy,
 )
 from fabricwatch.errors import CollectorError, SourceAbsentError
-from fabricwatch.readings import Reading
+from fabricwatch.readings import Batch, Columns, Reading
 from fabricwatch.store import SnapshotStore
 
 log = structlog.get_logger("fabricwatch.supervisor")
@@ -313,12 +313,12 @@ class Supervisor:
             return readings
         # Every cycle of a big switch-mode poller lands here: one lookup per
         # reading in its family's dict, a key built only for a series not there.
-        kept: list[Reading] = []
         admitted: set[tuple[str, tuple[str, ...]]] = set()
         dropped = 0
         families: dict[str, Mapping[tuple[str, ...], object]] = {}
-        for r in readings:
-            r_name, labels = r[0], r[1]
+
+        def admit(r_name: str, labels: tuple[str, ...]) -> bool:
+            nonlocal have, dropped
             family = families.get(r_name)
             if family is None:
                 family = families[r_name] = store.family_series(r_name)
@@ -327,10 +327,26 @@ class Supervisor:
                 if key not in admitted:
                     if have >= limit:
                         dropped += 1
-                        continue
+                        return False
                     have += 1
                     admitted.add(key)
-            kept.append(r)
+            return True
+
+        singles = readings.readings if type(readings) is Batch else readings
+        kept: list[Reading] = [r for r in singles if admit(r[0], r[1])]
+        if type(readings) is Batch:
+            # Columns stay columns (the store keeps their counter state), less
+            # the series over the limit.
+            columns = []
+            for c in readings.columns:
+                keep = [i for i, labels in enumerate(c.labels) if admit(c.name, labels)]
+                if len(keep) == len(c.labels):
+                    columns.append(c)
+                elif keep:
+                    columns.append(_subset(c, keep))
+            kept_batch: Sequence[Reading] = Batch(kept, columns)
+        else:
+            kept_batch = kept
         if dropped:
             state.series_dropped += dropped
             if not state.series_limited:
@@ -343,7 +359,7 @@ class Supervisor:
                     hint="new series of this collector are dropped; narrow what it polls "
                     "(targets, ports, tables) or raise store.max_series_per_collector",
                 )
-        return kept
+        return kept_batch
 
     @staticmethod
     def _log_failure(state: CollectorState) -> None:
@@ -357,3 +373,14 @@ class Supervisor:
                 error=state.last_error,
                 consecutive_failures=n,
             )
+
+
+def _subset(c: Columns, keep: list[int]) -> Columns:
+    """``c`` with only its series at the indexes ``keep``."""
+    epochs = c.epochs
+    return replace(
+        c,
+        labels=tuple(c.labels[i] for i in keep),
+        values=[c.values[i] for i in keep],
+        epochs=None if epochs is None else [epochs[i] for i in keep],
+    )

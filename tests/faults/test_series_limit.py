@@ -15,7 +15,7 @@ from fabricwatch.collector import CollectorEnv, CollectorSettings
 from fabricwatch.collectors.switch._collector import SwitchCollector
 from fabricwatch.collectors.switch._settings import SwitchSettings, TargetSettings
 from fabricwatch.outputs.exposition import ReloadStatus, build_registry
-from fabricwatch.readings import MetricKind, MetricSpec, Reading
+from fabricwatch.readings import Batch, Columns, MetricKind, MetricSpec, Reading
 from fabricwatch.store import SnapshotStore
 from fabricwatch.supervisor import CollectorState, Supervisor
 from fabricwatch.testing.sim_snmp import SimAgent, demo_switch
@@ -140,3 +140,26 @@ async def test_a_big_switch_in_switch_mode_stays_under_the_limit(tmp_path: Path)
     assert state.series_dropped > 0
     hits = [e for e in logs if e["event"] == "series_limit_reached"]
     assert len(hits) == 1 and hits[0]["collector"] == "switch"
+
+
+def test_cap_keeps_columns_as_columns_and_their_rates() -> None:
+    """A collector that hands a family over as Columns (GPU NVLink, NIC counters) past
+    its limit: the series over the limit are dropped from the columns, the kept ones
+    stay columns and go on with their rates (no reset from a switch of paths)."""
+    store = SnapshotStore()
+    sup = Supervisor(store, max_series=3)
+    sup.add(TableCollector(rows=0), CollectorSettings())
+    state = CollectorState("table")
+    labels = [("leaf1", f"p{i}") for i in range(5)]
+    for k in range(3):
+        cols = Columns(ROW.name, tuple(labels[: 2 + k]), [100.0 * (k + 1)] * (2 + k))
+        kept = sup._cap("table", Batch([Reading(OTHER.name, ("x",), 1.0)], [cols]), state)
+        assert isinstance(kept, Batch)
+        store.ingest("table", kept, float(k))
+    assert store.family_size(ROW.name) + store.family_size(OTHER.name) == 3
+    assert state.series_dropped == 3  # p2 (twice: polls 2 and 3) and p3
+    for i in (0, 1):
+        s = store.get(ROW.name, labels[i])
+        assert s is not None
+        assert s.rate is not None
+        assert s.rate.per_second == 100.0
