@@ -126,7 +126,8 @@ class Collector(Protocol):
         ...
 
     async def collect(self) -> Sequence[Reading]:
-        """One collection cycle."""
+        """One collection cycle (a :class:`~fabricwatch.readings.Batch` may carry
+        whole families as columns)."""
         ...
 
     async def close(self) -> None:

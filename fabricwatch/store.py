@@ -10,6 +10,14 @@ families (latest values and history) once per tick and writes its own
 results back as one more producer. Counters become rates here, with the same
 arithmetic as :class:`~fabricwatch.counters.CounterTracker`.
 
+A collector may hand a family whole, as :class:`~fabricwatch.readings.Columns`
+inside a :class:`~fabricwatch.readings.Batch` (the GPU's per-link NVLink
+families, the NIC's counters): its series are matched once per change of the
+labels tuple and its counters converted by one
+:class:`~fabricwatch.counters.FamilyCounters` per family, with the same results
+as reading by reading. A collector feeds a family one way or the other in a
+cycle, not both.
+
 Memory is bounded by configuration: each series keeps at most ``history``
 points, and series not refreshed for ``stale_after`` seconds are dropped (a NIC
 unplugged, a GPU lost).

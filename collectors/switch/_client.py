@@ -414,6 +414,35 @@ class PysnmpSession:
         self._engine = None
 
 
+@dataclass(slots=True)
+class BulkSize:
+    """How many varbinds one GETBULK asks of an agent, learned from its replies.
+
+    Starts at ``varbinds``; doubles (up to ``ceiling``) while the agent answers
+    requests of that size in full; drops to what the agent answered when it cut
+    a reply short (agents fit GETBULK replies to their message size), and halves
+    on ``tooBig`` or a timeout. Kept per target, across polls.
+    """
+
+    varbinds: int = 64
+    ceiling: int = 256
+    settled: bool = False  # the agent has shown its size: grow no more
+
+    def answered(self, asked: int, got: int, *, full: bool = True) -> None:
+        """A reply of ``got`` varbinds to a request for ``asked``; ``full``: the
+        request was as large as :attr:`varbinds` allowed (a smaller one tells nothing)."""
+        if 0 < got < asked:
+            self.varbinds = got
+            self.settled = True
+        elif full and not self.settled:
+            self.varbinds = min(self.ceiling, self.varbinds * 2)
+
+    def shrink(self) -> None:
+        """The agent refused (tooBig) or did not answer a request of this size."""
+        self.varbinds = max(1, self.varbinds // 2)
+        self.settled = True
+
+
 async def walk(
     session: Session,
     columns: Sequence[Oid],
@@ -421,6 +450,7 @@ async def walk(
     max_repetitions: int = 25,
     max_varbinds: int = 64,
     max_requests: int = 10_000,
+    size: BulkSize | None = None,
 ) -> dict[Oid, list[VarBind]]:
     """Walk table columns with multi-column GETBULK; rows per column, in OID order.
 
@@ -428,7 +458,8 @@ async def walk(
     of the request. A column ends when it leaves its prefix, hits an
     exception value, or stops increasing (an agent bug that would otherwise
     loop forever). ``tooBig`` halves the repetitions. Bounded by
-    ``max_requests``.
+    ``max_requests``. With ``size`` the varbinds per request follow what the
+    agent answers (see :class:`BulkSize`) instead of ``max_varbinds``.
     """
     result: dict[Oid, list[VarBind]] = {c: [] for c in columns}
     cursor: dict[Oid, Oid] = {c: c for c in columns}
@@ -436,6 +467,8 @@ async def walk(
     reps_cap = max(1, max_repetitions)
     requests = 0
     while active:
+        if size is not None:
+            max_varbinds = size.varbinds
         batch = active[: max(1, max_varbinds)]
         reps = max(1, min(reps_cap, max_varbinds // len(batch)))
         requests += 1
@@ -450,7 +483,16 @@ async def walk(
             reps_cap = max(1, reps // 2)
             if reps == 1:
                 max_varbinds = max(1, len(batch) // 2)
+            if size is not None:
+                size.shrink()
             continue
+        except SnmpTimeout:
+            if size is not None and size.varbinds > len(batch):
+                size.shrink()  # a reply too large for the path (fragments lost)?
+            raise
+        if size is not None:
+            asked = reps * len(batch)
+            size.answered(asked, len(vbs), full=asked + len(batch) > size.varbinds)
         if not vbs:
             msg = "GETBULK answered with no varbinds"
             raise SnmpError(msg)

@@ -21,6 +21,7 @@ from . import _cbqos
 from . import _metrics as sig
 from ._ber import Oid, Special, Value, VarBind
 from ._client import (
+    BulkSize,
     NativeV2cSession,
     PysnmpSession,
     Session,
@@ -118,6 +119,7 @@ class _Target:
     missing_said: tuple[str, ...] | None = None
     label_cache: dict[int, _PortCache] = field(default_factory=dict)  # reset by discovery
     oid_plan: dict[Oid, _Plan] = field(default_factory=dict)  # reset by discovery
+    bulk: BulkSize = field(default_factory=BulkSize)  # the poll walk's request size
 
     @property
     def name(self) -> str:
@@ -545,7 +547,9 @@ class SwitchCollector:
         assert t.session is not None and t.profile is not None
         varbinds: list[VarBind] = await t.session.get(t.get_oids)
         if t.walk_columns:
-            cols = await walk(t.session, t.walk_columns, max_repetitions=t.cfg.max_repetitions)
+            cols = await walk(
+                t.session, t.walk_columns, max_repetitions=t.cfg.max_repetitions, size=t.bulk
+            )
             for c in t.walk_columns:
                 varbinds.extend(cols[c])
         ts = self._env.monotonic()
@@ -602,7 +606,7 @@ class SwitchCollector:
         known = t.ports
         plans = t.oid_plan
         for oid, value in varbinds:
-            if not isinstance(value, int) or isinstance(value, bool):
+            if type(value) is not int:  # bytes, OIDs, exceptions (Special), NULL
                 continue
             plan = plans.get(oid)
             if plan is None:
