@@ -345,27 +345,47 @@ class FamilyCounters:
         """
         common = self._common
         if common is not None and not skip and epochs is None and common[1] == epoch:
-            steady = self._steady(values, ts, common[0], epoch)
-            if steady is not None:
-                return steady
+            # The steady poll: every series polled at one time with this epoch
+            # last time. Deltas, totals and stored values in C (map), when none
+            # went backwards (no reset, no wrap).
+            dt = ts - common[0]
+            vals = self._value
+            if dt > 0 and len(values) == len(vals):
+                deltas = list(map(operator.sub, values, vals))
+                if not deltas or min(deltas) >= 0:
+                    self._value = list(values)
+                    self._total = list(map(operator.add, self._total, deltas))
+                    self._ts = [ts] * len(vals)
+                    self._common = (ts, epoch)
+                    return self._rates(deltas, ts, [dt] * len(vals))
         uniform = not skip and epochs is None and len(values) == len(self._value)
         self._common = (ts, epoch) if uniform else None
-        settings = self.settings
-        gap_after = settings.gap_after
-        hold_factor = settings.hold_factor
-        max_hold = settings.max_hold
+        steps, dts = self._advance(values, ts, epoch, skip, epochs)
+        return self._rates(steps, ts, dts)
+
+    def _advance(
+        self,
+        values: Sequence[float],
+        ts: float,
+        epoch: int | None,
+        skip: Collection[int],
+        epochs: Sequence[int | None] | None,
+    ) -> tuple[list[float | None], list[float]]:
+        """Take this poll's values, series by series: (delta, interval) of each, delta
+        None where there is no rate (clock not advancing, skipped, reset)."""
         modulus = 1 << self.bits
         half = modulus / 2
         vals, tss, state_epochs = self._value, self._ts, self._epoch
-        change, refreshes, last_rates = self._change_ts, self._refresh, self._last_rate
-        totals, moved = self._total, self._moved
-        out: list[Rate | None] = []
-        push = out.append
+        change, moved, last_rates = self._change_ts, self._moved, self._last_rate
+        totals = self._total
+        deltas: list[float | None] = []
+        dts: list[float] = []
         for i, value in enumerate(values):
             dt = ts - tss[i]
+            dts.append(dt)
             if dt <= 0 or (skip and i in skip):
                 self._common = None  # this series keeps its older poll time
-                push(None)
+                deltas.append(None)
                 continue
             prev = vals[i]
             delta = value - prev
@@ -382,73 +402,47 @@ class FamilyCounters:
                 moved[i] = False
                 last_rates[i] = 0.0
                 totals[i] += value
-                push(None)
+                deltas.append(None)
                 continue
             if delta < 0:
                 delta = value + modulus - prev
             vals[i] = value
             tss[i] = ts
             totals[i] += delta
-            since_change = ts - change[i]
-            refresh = refreshes[i]
-            hold = hold_factor * (dt if refresh is None else refresh)
-            hold = max_hold if max_hold < hold else hold
-            if delta == 0:
-                if moved[i] and since_change <= hold:
-                    push(_new_rate(Rate, (last_rates[i], since_change, True, False)))
-                else:
-                    push(_new_rate(Rate, (0.0, dt, False, dt > gap_after)))
-                continue
-            interval = since_change if since_change <= (dt if hold < dt else hold) else dt
-            per_second = delta / interval
-            if moved[i] and interval <= max_hold:
-                refreshes[i] = interval if refresh is None or interval < refresh else refresh
-            change[i] = ts
-            last_rates[i] = per_second
-            moved[i] = True
-            push(_new_rate(Rate, (per_second, interval, False, interval > gap_after)))
-        return out
+            deltas.append(delta)
+        return deltas, dts
 
-    def _steady(
-        self, values: Sequence[float], ts: float, prev_ts: float, epoch: int | None
-    ) -> list[Rate | None] | None:
-        """:meth:`update` when every series was polled at ``prev_ts`` with this epoch and
-        none went backwards (no reset, no wrap): the deltas, totals and stored values
-        in C (``map``), the rest as in :meth:`update`. None (nothing changed) otherwise."""
-        dt = ts - prev_ts
-        vals = self._value
-        if dt <= 0 or len(values) != len(vals):
-            return None
-        deltas = list(map(operator.sub, values, vals))
-        if deltas and min(deltas) < 0:
-            return None
+    def _rates(self, deltas: list[float | None], ts: float, dts: list[float]) -> list[Rate | None]:
+        """Each series' rate from its delta over ``dts[i]`` (None: no rate), with
+        :meth:`CounterState.update`'s hold and refresh logic."""
         settings = self.settings
         gap_after = settings.gap_after
         hold_factor = settings.hold_factor
         max_hold = settings.max_hold
         change, refreshes, last_rates = self._change_ts, self._refresh, self._last_rate
         moved = self._moved
-        hold_dt = hold_factor * dt
-        hold_dt = max_hold if max_hold < hold_dt else hold_dt
-        zero = _new_rate(Rate, (0.0, dt, False, dt > gap_after))  # one object for all
         out: list[Rate | None] = []
         push = out.append
+        zero_dt = math.nan
+        zero = _new_rate(Rate, (0.0, 0.0, False, False))
         for i, delta in enumerate(deltas):
+            if delta is None:
+                push(None)
+                continue
+            dt = dts[i]
             refresh = refreshes[i]
-            if refresh is None:
-                hold = hold_dt
-            else:
-                hold = hold_factor * refresh
-                hold = max_hold if max_hold < hold else hold
+            hold = hold_factor * (dt if refresh is None else refresh)
+            hold = max_hold if max_hold < hold else hold
+            since_change = ts - change[i]
             if delta == 0:
-                if moved[i]:
-                    since_change = ts - change[i]
-                    if since_change <= hold:
-                        push(_new_rate(Rate, (last_rates[i], since_change, True, False)))
-                        continue
+                if moved[i] and since_change <= hold:
+                    push(_new_rate(Rate, (last_rates[i], since_change, True, False)))
+                    continue
+                if dt != zero_dt:  # one zero-rate object per interval, shared
+                    zero_dt = dt
+                    zero = _new_rate(Rate, (0.0, dt, False, dt > gap_after))
                 push(zero)
                 continue
-            since_change = ts - change[i]
             interval = since_change if since_change <= (dt if hold < dt else hold) else dt
             per_second = delta / interval
             if moved[i] and interval <= max_hold:
@@ -457,8 +451,4 @@ class FamilyCounters:
             last_rates[i] = per_second
             moved[i] = True
             push(_new_rate(Rate, (per_second, interval, False, interval > gap_after)))
-        self._value = list(values)
-        self._total = list(map(operator.add, self._total, deltas))
-        self._ts = [ts] * len(vals)
-        self._common = (ts, epoch)
         return out

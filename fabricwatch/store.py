@@ -309,6 +309,18 @@ class SnapshotStore:
             for col in readings.columns:
                 self._ingest_columns(collector, routes, col, now, result)
             readings = readings.readings
+        self._ingest_readings(collector, routes, readings, now, result)
+        return result
+
+    def _ingest_readings(
+        self,
+        collector: str,
+        routes: dict[str, _Route],
+        readings: Iterable[Reading],
+        now: float,
+        result: IngestResult,
+    ) -> None:
+        """The single readings of :meth:`ingest`, one by one."""
         rejected_before = result.rejected
         series_map = self._series
         tracker = self._tracker
@@ -376,7 +388,6 @@ class SnapshotStore:
                 s.head = h
         result.accepted += seen - (result.rejected - rejected_before)
         self._oldest = oldest
-        return result
 
     def _ingest_columns(
         self,
@@ -421,46 +432,50 @@ class SnapshotStore:
         result.accepted += n - len(bad)
         series = st.series
         self._oldest = min(self._oldest, ts)
-        ring_floats = 2 * self._history
         if is_counter:
             fc = st.counters
             assert fc is not None
             rates = fc.update(values, ts, col.epoch, bad, col.epochs)
             totals = fc.totals
+            points: list[float | None] = []
             for i, s in enumerate(series):
-                if bad and i in bad:
-                    continue
-                s.updated = ts
-                s.value = totals[i]
-                rate = s.rate = rates[i]
-                ring = s.ring
-                if rate is None or ring is None:
-                    continue
-                h = s.head
-                ring[h] = ts
-                ring[h + 1] = rate[0]
-                h += 2
-                if h == ring_floats:
-                    h = 0
-                    s.full = True
-                s.head = h
-            return
+                rate = rates[i]
+                if not (bad and i in bad):
+                    s.value = totals[i]
+                    s.rate = rate
+                points.append(None if rate is None else rate[0])
+            self._write_points(series, points, ts, bad)
+        else:
+            for i, s in enumerate(series):
+                if not (bad and i in bad):
+                    s.value = values[i]
+            self._write_points(series, values, ts, bad)
+
+    def _write_points(
+        self,
+        series: list[Series],
+        points: Sequence[float | None],
+        ts: float,
+        bad: Collection[int],
+    ) -> None:
+        """Mark ``series[i]`` updated at ``ts`` and add ``points[i]`` to its ring (None:
+        no point, a counter without a rate yet); skip the indexes in ``bad``."""
+        ring_floats = 2 * self._history
         for i, s in enumerate(series):
             if bad and i in bad:
                 continue
             s.updated = ts
-            s.value = v = values[i]
+            point = points[i]
             ring = s.ring
-            if ring is None:
+            if point is None or ring is None:
                 continue
+            # The ring write of the single-reading loop (inline there: hotter still).
             h = s.head
             ring[h] = ts
-            ring[h + 1] = v
-            h += 2
-            if h == ring_floats:
-                h = 0
+            ring[h + 1] = point
+            s.head = h = (h + 2) % ring_floats
+            if not h:
                 s.full = True
-            s.head = h
 
     def _unbind(self, key: tuple[str, str]) -> None:
         """Hand a family's column state back to its series (single readings go on from it)."""

@@ -460,9 +460,9 @@ class NicCollector:
         plan = port.plan
         if plan is None or plan.names != names:
             plan = port.plan = _counter_plan(lab, names)
-        acc = self._acc
+        accs, acc = self._accs, self._acc
         for name, family, labels, mult in plan.counters:
-            a = acc(family)
+            a = accs.get(family) or acc(family)
             a.labels.append(labels)
             a.values.append(float(c[name] * mult))
             a.epochs.append(ep)
@@ -473,13 +473,13 @@ class NicCollector:
                 ratio = xmit_wait_ratio(rate, s.rate_bps, self._settings.xmit_wait_tick_bytes)
                 push(new(reading, (XMIT_WAIT_RATIO.name, lab, ratio, None, None, None)))
         for name, family, labels, mult in plan.congestion:
-            a = acc(family)
+            a = accs.get(family) or acc(family)
             a.labels.append(labels)
             a.values.append(float(hw[name] * mult))
             a.epochs.append(ep)
         push(new(reading, (CC_PRESENT.name, lab, plan.cc_present, None, None, None)))
         for name, family, labels, mult in plan.hw:
-            a = acc(family)
+            a = accs.get(family) or acc(family)
             a.labels.append(labels)
             a.values.append(float(hw[name] * mult))
             a.epochs.append(ep)
@@ -535,7 +535,7 @@ class NicCollector:
     def _sum_readings(self, port: _Port, sums: dict[tuple[str, str, str], int]) -> None:
         """The bond-summed driver statistics as counter samples."""
         emit, lab, ep = port.emit, port.labels, port.epoch
-        acc = self._acc
+        accs, acc = self._accs, self._acc
         for kt, value in sums.items():
             try:
                 how = emit[kt]
@@ -547,7 +547,7 @@ class NicCollector:
             v = float(value)
             if divisor:
                 v = v / divisor
-            a = acc(family)
+            a = accs.get(family) or acc(family)
             a.labels.append(labels)
             a.values.append(v)
             a.epochs.append(ep)

@@ -496,32 +496,33 @@ async def walk(
         if not vbs:
             msg = "GETBULK answered with no varbinds"
             raise SnmpError(msg)
-        n = len(batch)
         done: set[Oid] = set()
         progressed = False
         for j, col in enumerate(batch):
-            # Column j's rows are every n-th varbind from j (a slice, in C).
-            plen = len(col)
-            cur = cursor[col]
-            rows = result[col]
-            before = len(rows)
-            for oid, value in vbs[j::n]:
-                if (
-                    isinstance(value, Special)
-                    or oid[:plen] != col
-                    or len(oid) == plen
-                    or oid <= cur
-                ):
-                    done.add(col)
-                    break
-                rows.append((oid, value))
-                cur = oid
-            if len(rows) > before:
-                cursor[col] = cur
-                progressed = True
+            progressed |= _take_rows(col, vbs[j :: len(batch)], result[col], cursor, done)
         if not done and not progressed:
             msg = "GETBULK reply made no progress (agent answers fewer varbinds than columns)"
             raise SnmpError(msg)
         # Columns absent from a truncated reply simply continue from their cursor.
         active = [c for c in active if c not in done]
     return result
+
+
+def _take_rows(
+    col: Oid, vbs: list[VarBind], rows: list[VarBind], cursor: dict[Oid, Oid], done: set[Oid]
+) -> bool:
+    """Append column ``col``'s rows of one reply (``vbs``: every n-th varbind, in C) to
+    ``rows`` until the column ends (added to ``done``); whether any row was new."""
+    plen = len(col)
+    cur = cursor[col]
+    before = len(rows)
+    for oid, value in vbs:
+        if isinstance(value, Special) or oid[:plen] != col or len(oid) == plen or oid <= cur:
+            done.add(col)
+            break
+        rows.append((oid, value))
+        cur = oid
+    if len(rows) == before:
+        return False
+    cursor[col] = cur
+    return True
