@@ -428,11 +428,13 @@ class BulkSize:
     ceiling: int = 256
     settled: bool = False  # the agent has shown its size: grow no more
 
-    def answered(self, asked: int, got: int, *, full: bool = True) -> None:
-        """A reply of ``got`` varbinds to a request for ``asked``; ``full``: the
-        request was as large as :attr:`varbinds` allowed (a smaller one tells nothing)."""
+    def answered(self, asked: int, got: int, *, full: bool = True, row: int = 1) -> None:
+        """A reply of ``got`` varbinds to a request for ``asked`` in rows of ``row``;
+        ``full``: the request was as large as :attr:`varbinds` allowed (a smaller one
+        tells nothing)."""
         if 0 < got < asked:
-            self.varbinds = got
+            # Agents cut at a whole row: their limit is short of one more row.
+            self.varbinds = got + row - 1
             self.settled = True
         elif full and not self.settled:
             self.varbinds = min(self.ceiling, self.varbinds * 2)
@@ -492,7 +494,8 @@ async def walk(
             raise
         if size is not None:
             asked = reps * len(batch)
-            size.answered(asked, len(vbs), full=asked + len(batch) > size.varbinds)
+            full = asked + len(batch) > size.varbinds
+            size.answered(asked, len(vbs), full=full, row=len(batch))
         if not vbs:
             msg = "GETBULK answered with no varbinds"
             raise SnmpError(msg)
