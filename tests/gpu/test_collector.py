@@ -240,7 +240,8 @@ async def test_hung_call_marks_stale_without_pile_up(
     make_nvml: MakeNvml, h100: list[FakeGpu], rig_factory: Callable[..., Rig]
 ) -> None:
     nvml = make_nvml(h100)
-    rig = rig_factory(nvml, call_timeout=0.2, workers=4)
+    # 1 s, not less: at load ~10 a healthy GPU's call took over 0.2 s and counted as stuck.
+    rig = rig_factory(nvml, call_timeout=1.0, workers=4)
     await rig.collector.start()
     await rig.tick()
     await rig.tick()
