@@ -157,7 +157,7 @@ class Engine:
         self.spacing = tick
         self._eff = settings
         self._scaled: dict[float, EngineSettings] = {}
-        self._ticks = 0
+        self._retune_slot = math.nan  # the 10-tick slot the settings were last re-derived in
         # Communication-throughput slowdown: when it was last checked, the GPUs
         # found slow, and since when.
         self._comm_checked = -math.inf
@@ -185,9 +185,13 @@ class Engine:
         if not self._restored:
             self._restored = True
             self._restore(now)
-        if self._ticks % 10 == 0:
+        # Schedules on the absolute clock, not counted from this engine's
+        # start: an engine started earlier or later (replay --jobs spans)
+        # re-derives at the very same ticks.
+        slot = now // (10 * tick)
+        if slot != self._retune_slot:
+            self._retune_slot = slot
             self._retune()
-        self._ticks += 1
         s = self._eff
         self.detector.observe(self.store, now, dt)
         stalled = self.detector.stalled()
@@ -336,7 +340,7 @@ class Engine:
         names = tuple(sorted((g.gpu for g in job), key=_gpu_order))
         # Not while a slowdown goes on: one job slowing down moves all its
         # GPUs at once, which reads as co-activity with the other job.
-        stale = now - self._groups_at >= 60.0 and self._slow is None
+        stale = now // 60.0 != self._groups_at // 60.0 and self._slow is None
         if names != self._groups_of or stale:
             self._groups_of = names
             self._groups_at = now
@@ -384,10 +388,11 @@ class Engine:
         """
         s = self._eff
         job = [g for grp in groups for g in grp]
-        if now - self._comm_checked < max(self.tick_s, self.spacing):
+        step = max(self.tick_s, self.spacing)
+        if now // step == self._comm_checked // step:
             return self._comm_gpus
         self._comm_checked = now
-        if now - self._rhythm_at >= 60.0:
+        if now // 60.0 != self._rhythm_at // 60.0:
             self._rhythm_at = now
             self._rhythm_s = self._rhythm(now)
         w = self._comm_window()

@@ -203,9 +203,22 @@ class SpanRun:
 
 
 def _gpu_state(engine: Engine) -> list[Any]:
-    """The detector's discrete per-GPU state (what later decisions branch on)."""
+    """The detector's per-GPU state that later decisions branch on: the
+    discrete state, and the work baselines (bounded history: a span warmed up
+    for two baseline epochs holds them bit for bit)."""
     return [
-        (g.gpu, g.in_job, g.job, g.armed, g.idle, g.slow, g.signal)
+        (
+            g.gpu,
+            g.in_job,
+            g.job,
+            g.armed,
+            g.idle,
+            g.slow,
+            g.signal,
+            g.baseline,
+            g.next_baseline,
+            *g.recent,
+        )
         for _, g in sorted(engine.detector.gpus.items())
     ]
 

@@ -42,6 +42,7 @@ from fabricwatch.engine.replay import (
 )
 from fabricwatch.engine.replay_mapping import Sample
 from fabricwatch.engine.settings import EngineSettings
+from fabricwatch.engine.stall import BASELINE_EPOCH
 
 T = TypeVar("T")
 
@@ -63,9 +64,11 @@ class Split:
 
     @classmethod
     def for_settings(cls, settings: EngineSettings) -> Split:
-        """Margins that cover the engine's look-back several times over."""
+        """Margins that cover the engine's look-back several times over, and
+        the two epochs its work baselines remember (after the GPUs armed)."""
         reach = settings.baseline_window + settings.activity_window + settings.resolve_hold
-        return cls(warmup=max(600.0, 2 * reach), verify=settings.resolve_hold + reach)
+        epochs = 2 * BASELINE_EPOCH + settings.arm_after + settings.activity_window
+        return cls(warmup=max(600.0, 2 * reach, epochs), verify=settings.resolve_hold + reach)
 
 
 @dataclass(frozen=True, slots=True)

@@ -177,3 +177,25 @@ def test_a_failing_call_in_this_process_stops_the_workers() -> None:
     with pytest.raises(ValueError, match="span in this process"):
         _run_forked([_sleep, _fail], jobs=2)
     assert multiprocessing.active_children() == []
+
+
+def test_cuts_through_slowdowns_verify_on_a_long_run() -> None:
+    # Slowdowns across cuts: their lost GPU-seconds integrate the GPUs' work
+    # baselines, which a span warmed up by the default split reproduces bit
+    # for bit only when they remember a bounded history (two epochs). With an
+    # EWMA over the whole run a cut either failed (one pass again) or, where
+    # the discrete state agreed at the cut, passed with baselines that differ
+    # and gave other GPU-seconds later on.
+    kinds = ("pfc_storm", "checkpoint_write", "ecn_congestion", "gpu_fault", "nvlink_degraded")
+    starts = range(500, 5000, 700)
+    sc = Scenario(
+        duration=5400,
+        injections=[Injection(kinds[(i + 2) % 5], t, 40) for i, t in enumerate(starts)],
+        seed=12,
+    )
+    samples = _samples(sc)
+    one = run_replay(samples, node="n1")
+    assert any(tr.incident.kind == "slowdown" for tr in one.transitions)
+    par = run_parallel(samples, node="n1", jobs=3)
+    _same(par, one)
+    assert par.spans == 3, "every cut should verify: each span warmed up enough"
