@@ -188,6 +188,20 @@ def _agree(before: SpanRun, after: SpanRun) -> bool:
     return before.tail == after.head
 
 
+def _cuts(n: int, count: int, warm: int, verify: int) -> list[int]:
+    """Tick indices that cut ``n`` ticks into ``count`` spans of equal work.
+
+    Every span but the first also runs ``warm`` ticks before its own, every
+    span but the last ``verify`` ticks after them, so the inner spans own
+    fewer ticks: each worker then runs as many ticks as the others, and none
+    waits for a longer last span."""
+    total = (n + (count - 1) * (warm + verify)) / count
+    cuts = [0]
+    for k in range(1, count):
+        cuts.append(round(k * total - verify - (k - 1) * (warm + verify)))
+    return [*cuts, n]
+
+
 def run_parallel(
     samples: Sequence[Sample],
     settings: EngineSettings | None = None,
@@ -210,8 +224,7 @@ def run_parallel(
     count = min(jobs, n // (2 * (warm + verify)))
     if count < 2:
         return run_replay(samples, settings, node=node)
-    cuts = [round(n * k / count) for k in range(count + 1)]
-    spans = [_Span(a, b) for a, b in itertools.pairwise(cuts)]
+    spans = [_Span(a, b) for a, b in itertools.pairwise(_cuts(n, count, warm, verify))]
     job = _Job(plan, settings, node, warm, verify)
     runs = _run_all(job, spans, jobs)
     # Remove failed cuts (merging their spans) until every remaining cut agrees.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import itertools
 import json
 import multiprocessing
 import os
@@ -15,6 +16,7 @@ from fabricwatch.cli import main
 from fabricwatch.engine.replay import ReplayResult, run_replay
 from fabricwatch.engine.replay_jobs import (
     Split,
+    _cuts,
     _run_forked,
     run_nodes,
     run_parallel,
@@ -42,8 +44,9 @@ def _scenario(duration: int, starts: list[int], seed: int) -> Scenario:
 @pytest.fixture(scope="module")
 def long_run() -> list[Sample]:
     # Faults spread over 80 minutes, several of them across the cuts that
-    # 2, 3 and 4 equal spans make (at 1/4, 1/3, 1/2, 2/3, 3/4 of the run).
-    return _samples(_scenario(4800, [300, 1180, 1580, 2390, 3190, 3590, 4300], seed=3))
+    # 2, 3 and 4 spans of equal work make with the tests' split (600 s warm-up,
+    # 240 s verification): ticks 2580; 1920, 3240; 1590, 2580, 3570.
+    return _samples(_scenario(4800, [300, 1180, 1580, 2560, 3190, 3560, 4300], seed=3))
 
 
 @pytest.fixture(scope="module")
@@ -199,3 +202,17 @@ def test_cuts_through_slowdowns_verify_on_a_long_run() -> None:
     par = run_parallel(samples, node="n1", jobs=3)
     _same(par, one)
     assert par.spans == 3, "every cut should verify: each span warmed up enough"
+
+
+@pytest.mark.parametrize(("n", "count"), [(3600, 2), (4801, 3), (7200, 4), (86400, 16)])
+def test_spans_run_equal_work(n: int, count: int) -> None:
+    # The first span has no warm-up and the last no verification: each owns
+    # more ticks than the inner ones, so that every worker runs as many ticks.
+    warm, verify = 600, 300
+    cuts = _cuts(n, count, warm, verify)
+    assert cuts[0] == 0 and cuts[-1] == n and cuts == sorted(cuts)
+    work = [
+        (b - a) + (warm if k > 0 else 0) + (verify if k < count - 1 else 0)
+        for k, (a, b) in enumerate(itertools.pairwise(cuts))
+    ]
+    assert max(work) - min(work) <= 1
