@@ -29,7 +29,7 @@ from fabricwatch.engine.settings import EngineSettings
 from fabricwatch.engine.stall import GpuState, StallDetector
 from fabricwatch.errors import StoreError
 from fabricwatch.readings import MetricKind, MetricSpec, Reading
-from fabricwatch.store import SnapshotStore
+from fabricwatch.store import Series, SnapshotStore
 
 GPU_STALLED = MetricSpec(
     "fabricwatch_gpu_stalled",
@@ -398,11 +398,16 @@ class Engine:
         w = self._comm_window()
         chunks = max(3, int(s.baseline_window // w))
         out: list[GpuState] = []
+        per_link: dict[str, list[Series]] | None = None  # grouped once, when needed
         for g in job:
             series = self.store.get(sig.NVLINK_TX, (g.gpu, "total"))
             links = [series] if series is not None else []
             if not links:
-                links = [x for x in self.store.family(sig.NVLINK_TX) if x.labels[0] == g.gpu]
+                if per_link is None:
+                    per_link = {}
+                    for x in self.store.family(sig.NVLINK_TX):
+                        per_link.setdefault(x.labels[0], []).append(x)
+                links = per_link.get(g.gpu, [])
             if self._idled(g, now - w, now):
                 continue
             recent = 0.0
@@ -414,8 +419,8 @@ class Engine:
                     ok = False
                     break
                 recent += means[0]
-                for j in range(chunks):
-                    history[j] += means[j + 1]
+                # Summed link by link in the same order as a loop over j.
+                history = [h + m for h, m in zip(history, means[1:], strict=True)]
             if not ok:
                 continue
             base = sig.median(history)
