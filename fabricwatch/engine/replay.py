@@ -103,6 +103,7 @@ class ReplayResult:
     # (GPU-seconds and end of the stall so far): no transition carries that.
     open_at_end: list[Incident] = field(default_factory=list)
     spans: int = 1  # processes' spans the result was stitched from (replay --jobs)
+    planned: int = 1  # spans it was cut into before the cuts were verified
     spacing: float = math.nan  # median sample spacing seen (seconds)
 
     def incidents(self) -> list[IncidentTransition]:
@@ -206,7 +207,13 @@ def _gpu_state(engine: Engine) -> list[Any]:
     """The detector's per-GPU state that later decisions branch on: the
     discrete state, and the work baselines (bounded history: a span warmed up
     for two baseline epochs holds them bit for bit)."""
-    return [
+    det = engine.detector
+    gpus = [g for _, g in sorted(det.gpus.items())]
+    # The power references (a GPU's observed peak, the node's idle draw) keep
+    # the whole run's extremes; they steer decisions only where a GPU's work
+    # is not read from SM activity, so only then must both spans agree on them.
+    power = any(g.signal not in ("", "sm_active") for g in gpus)
+    state: list[Any] = [
         (
             g.gpu,
             g.in_job,
@@ -218,9 +225,12 @@ def _gpu_state(engine: Engine) -> list[Any]:
             g.baseline,
             g.next_baseline,
             *g.recent,
+            g.peak_power if power else None,
         )
-        for _, g in sorted(engine.detector.gpus.items())
+        for g in gpus
     ]
+    state.append(det._idle_draw if power else None)
+    return state
 
 
 def run_span(

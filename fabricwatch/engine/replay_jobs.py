@@ -248,7 +248,9 @@ def run_parallel(
         fresh = dict(zip(redo, _run_all(job, [merged[i] for i in redo], jobs), strict=True))
         runs = [r if r is not None else fresh[i] for i, r in enumerate(kept)]
         spans = merged
-    result = ReplayResult(start=plan.start, end=plan.end, skipped=plan.skipped, spans=len(runs))
+    result = ReplayResult(
+        start=plan.start, end=plan.end, skipped=plan.skipped, spans=len(runs), planned=count
+    )
     for run in runs:
         result.transitions.extend(run.transitions)
         result.ticks += run.ticks
