@@ -43,8 +43,8 @@ class GpuState:
     # The work baseline is the EWMA seeded in the previous epoch of
     # BASELINE_EPOCH seconds (on the absolute clock), ``next_baseline`` the one
     # seeded in this epoch: the baseline depends on at most two epochs of
-    # samples, so an engine started that long before (replay --jobs, a
-    # restarted daemon) holds exactly the same baseline.
+    # samples, so a detector started that much earlier or later on the same
+    # samples (a replay --jobs span) holds exactly the same baseline.
     baseline: float | None = None
     next_baseline: float | None = None
     epoch: int = 0
