@@ -388,11 +388,10 @@ class Engine:
         """
         s = self._eff
         job = [g for grp in groups for g in grp]
-        step = max(self.tick_s, self.spacing)
-        if now // step == self._comm_checked // step:
+        if now - self._comm_checked < max(self.tick_s, self.spacing):
             return self._comm_gpus
         self._comm_checked = now
-        if now // 60.0 != self._rhythm_at // 60.0:
+        if now - self._rhythm_at >= 60.0:
             self._rhythm_at = now
             self._rhythm_s = self._rhythm(now)
         w = self._comm_window()

@@ -204,9 +204,10 @@ class SpanRun:
 
 
 def _gpu_state(engine: Engine) -> list[Any]:
-    """The detector's per-GPU state that later decisions branch on: the
-    discrete state, and the work baselines (bounded history: a span warmed up
-    for two baseline epochs holds them bit for bit)."""
+    """The engine state that later decisions branch on: per GPU the
+    detector's discrete state and work baselines (bounded history: a span
+    warmed up for two baseline epochs holds them bit for bit), and what has
+    no bounded history where it is in use."""
     det = engine.detector
     gpus = [g for _, g in sorted(det.gpus.items())]
     # The power references (a GPU's observed peak, the node's idle draw) keep
@@ -230,6 +231,14 @@ def _gpu_state(engine: Engine) -> list[Any]:
         for g in gpus
     ]
     state.append(det._idle_draw if power else None)
+    # The slowdown check's schedules run on from their last run (re-timing
+    # them changes what the engine finds): the spans must agree on the last
+    # check where checks are sparser than ticks, and on when the job's
+    # rhythm was measured where the rhythm sets the throughput window.
+    sparse = engine.spacing > engine.tick_s
+    state.append(engine._comm_checked if sparse else None)
+    by_rhythm = engine._comm_window() == 4.0 * engine._rhythm_s
+    state.append((engine._rhythm_s, engine._rhythm_at if by_rhythm else None))
     return state
 
 
