@@ -10,15 +10,16 @@ forked worker processes and, the last one, in this process (the samples are
 inherited, not pickled).
 
 The output must be exactly what one pass gives. The engine's memory is
-bounded by construction where it steers decisions: windows of minutes over
-the store, work baselines that remember two epochs
-(:data:`~fabricwatch.engine.stall.BASELINE_EPOCH`), schedules on the
-absolute clock; the power references (observed peaks, the node's idle
-draw) are not. So every cut is checked: at the cut, the span before it and
-the span after it (which started fresh ``warmup`` earlier) must hold the same
-open incidents and the same per-GPU detector state (with the baselines, and
-the power references where a GPU's work is read from power), and must emit
-the same transitions over the ``verify`` seconds after the cut. A cut that
+mostly bounded by construction: windows of minutes over the store, work
+baselines that remember two epochs
+(:data:`~fabricwatch.engine.stall.BASELINE_EPOCH`), settings and job groups
+re-derived on the absolute clock; the power references (observed peaks, the
+node's idle draw) and the slowdown check's rhythm and check times (each
+chained to the one before) are not. So every cut is checked: at the cut, the
+span before it and the span after it (which started fresh ``warmup``
+earlier) must hold the same open incidents and the same engine state (see
+``replay._gpu_state``: the unbounded parts where they are in use), and must
+emit the same transitions over the ``verify`` seconds after the cut. A cut that
 fails is removed (its two spans run again as one) until every remaining cut
 agrees; with no cut left this is a single pass.
 """
