@@ -197,7 +197,8 @@ def main() -> None:
         f"{rate(replay_s) / BUDGET:.2f}x of budget)"
     )
     print(
-        f"--jobs {args.jobs}: {par.spans} span(s), same transitions as one process; wall "
+        f"--jobs {args.jobs}: {par.spans} span(s) of {par.planned} cut ({par.spans - 1} of "
+        f"{par.planned - 1} cut(s) verified), same transitions as one process; wall "
         f"{serial + par_wall:.2f} s vs {serial + one_wall:.2f} s = {speedup:.2f}x speed-up on "
         f"this machine; {par_cpu:.2f} CPU s in all (one process: {engine_s:.2f}); projected "
         f"with {args.jobs} free cores: {projected:.2f}x ({rate(replay_s) * projected:.2f} "
@@ -218,6 +219,7 @@ def main() -> None:
         "budget_ratio": rate(replay_s) / BUDGET,
         "jobs": float(args.jobs),
         "spans": float(par.spans),
+        "spans_planned": float(par.planned),
         "wall_speedup": speedup,
         "projected_speedup": projected,
         "nodes_wall_speedup": nodes_speedup,

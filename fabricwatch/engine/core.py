@@ -29,7 +29,7 @@ from fabricwatch.engine.settings import EngineSettings
 from fabricwatch.engine.stall import GpuState, StallDetector
 from fabricwatch.errors import StoreError
 from fabricwatch.readings import MetricKind, MetricSpec, Reading
-from fabricwatch.store import SnapshotStore
+from fabricwatch.store import Series, SnapshotStore
 
 GPU_STALLED = MetricSpec(
     "fabricwatch_gpu_stalled",
@@ -157,7 +157,7 @@ class Engine:
         self.spacing = tick
         self._eff = settings
         self._scaled: dict[float, EngineSettings] = {}
-        self._ticks = 0
+        self._retune_slot = math.nan  # the 10-tick slot the settings were last re-derived in
         # Communication-throughput slowdown: when it was last checked, the GPUs
         # found slow, and since when.
         self._comm_checked = -math.inf
@@ -185,9 +185,13 @@ class Engine:
         if not self._restored:
             self._restored = True
             self._restore(now)
-        if self._ticks % 10 == 0:
+        # Schedules on the absolute clock, not counted from this engine's
+        # start: an engine started earlier or later (replay --jobs spans)
+        # re-derives at the very same ticks.
+        slot = now // (10 * tick)
+        if slot != self._retune_slot:
+            self._retune_slot = slot
             self._retune()
-        self._ticks += 1
         s = self._eff
         self.detector.observe(self.store, now, dt)
         stalled = self.detector.stalled()
@@ -336,7 +340,7 @@ class Engine:
         names = tuple(sorted((g.gpu for g in job), key=_gpu_order))
         # Not while a slowdown goes on: one job slowing down moves all its
         # GPUs at once, which reads as co-activity with the other job.
-        stale = now - self._groups_at >= 60.0 and self._slow is None
+        stale = now // 60.0 != self._groups_at // 60.0 and self._slow is None
         if names != self._groups_of or stale:
             self._groups_of = names
             self._groups_at = now
@@ -393,11 +397,16 @@ class Engine:
         w = self._comm_window()
         chunks = max(3, int(s.baseline_window // w))
         out: list[GpuState] = []
+        per_link: dict[str, list[Series]] | None = None  # grouped once, when needed
         for g in job:
             series = self.store.get(sig.NVLINK_TX, (g.gpu, "total"))
             links = [series] if series is not None else []
             if not links:
-                links = [x for x in self.store.family(sig.NVLINK_TX) if x.labels[0] == g.gpu]
+                if per_link is None:
+                    per_link = {}
+                    for x in self.store.family(sig.NVLINK_TX):
+                        per_link.setdefault(x.labels[0], []).append(x)
+                links = per_link.get(g.gpu, [])
             if self._idled(g, now - w, now):
                 continue
             recent = 0.0
@@ -409,8 +418,8 @@ class Engine:
                     ok = False
                     break
                 recent += means[0]
-                for j in range(chunks):
-                    history[j] += means[j + 1]
+                # Summed link by link in the same order as a loop over j.
+                history = [h + m for h, m in zip(history, means[1:], strict=True)]
             if not ok:
                 continue
             base = sig.median(history)

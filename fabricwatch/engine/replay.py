@@ -103,6 +103,7 @@ class ReplayResult:
     # (GPU-seconds and end of the stall so far): no transition carries that.
     open_at_end: list[Incident] = field(default_factory=list)
     spans: int = 1  # processes' spans the result was stitched from (replay --jobs)
+    planned: int = 1  # spans it was cut into before the cuts were verified
     spacing: float = math.nan  # median sample spacing seen (seconds)
 
     def incidents(self) -> list[IncidentTransition]:
@@ -203,11 +204,42 @@ class SpanRun:
 
 
 def _gpu_state(engine: Engine) -> list[Any]:
-    """The detector's discrete per-GPU state (what later decisions branch on)."""
-    return [
-        (g.gpu, g.in_job, g.job, g.armed, g.idle, g.slow, g.signal)
-        for _, g in sorted(engine.detector.gpus.items())
+    """The engine state that later decisions branch on: per GPU the
+    detector's discrete state and work baselines (bounded history: a span
+    warmed up for two baseline epochs holds them bit for bit), and what has
+    no bounded history where it is in use."""
+    det = engine.detector
+    gpus = [g for _, g in sorted(det.gpus.items())]
+    # The power references (a GPU's observed peak, the node's idle draw) keep
+    # the whole run's extremes; they steer decisions only where a GPU's work
+    # is not read from SM activity, so only then must both spans agree on them.
+    power = any(g.signal not in ("", "sm_active") for g in gpus)
+    state: list[Any] = [
+        (
+            g.gpu,
+            g.in_job,
+            g.job,
+            g.armed,
+            g.idle,
+            g.slow,
+            g.signal,
+            g.baseline,
+            g.next_baseline,
+            *g.recent,
+            g.peak_power if power else None,
+        )
+        for g in gpus
     ]
+    state.append(det._idle_draw if power else None)
+    # The slowdown check's schedules run on from their last run (re-timing
+    # them changes what the engine finds): the spans must agree on the last
+    # check where checks are sparser than ticks, and on when the job's
+    # rhythm was measured where the rhythm sets the throughput window.
+    sparse = engine.spacing > engine.tick_s
+    state.append(engine._comm_checked if sparse else None)
+    by_rhythm = engine._comm_window() == 4.0 * engine._rhythm_s
+    state.append((engine._rhythm_s, engine._rhythm_at if by_rhythm else None))
+    return state
 
 
 def run_span(

@@ -10,13 +10,18 @@ forked worker processes and, the last one, in this process (the samples are
 inherited, not pickled).
 
 The output must be exactly what one pass gives. The engine's memory is
-bounded in practice (windows of minutes, baselines that converge), but not
-by construction, so every cut is checked: at the cut, the span before it and
-the span after it (which started fresh ``warmup`` earlier) must hold the same
-open incidents and the same per-GPU detector state, and must emit the same
-transitions over the ``verify`` seconds after the cut. A cut that fails is
-removed (its two spans run again as one) until every remaining cut agrees;
-with no cut left this is a single pass.
+mostly bounded by construction: windows of minutes over the store, work
+baselines that remember two epochs
+(:data:`~fabricwatch.engine.stall.BASELINE_EPOCH`), settings and job groups
+re-derived on the absolute clock; the power references (observed peaks, the
+node's idle draw) and the slowdown check's rhythm and check times (each
+chained to the one before) are not. So every cut is checked: at the cut, the
+span before it and the span after it (which started fresh ``warmup``
+earlier) must hold the same open incidents and the same engine state (see
+``replay._gpu_state``: the unbounded parts where they are in use), and must
+emit the same transitions over the ``verify`` seconds after the cut. A cut that
+fails is removed (its two spans run again as one) until every remaining cut
+agrees; with no cut left this is a single pass.
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ from fabricwatch.engine.replay import (
 )
 from fabricwatch.engine.replay_mapping import Sample
 from fabricwatch.engine.settings import EngineSettings
+from fabricwatch.engine.stall import BASELINE_EPOCH
 
 T = TypeVar("T")
 
@@ -63,9 +69,11 @@ class Split:
 
     @classmethod
     def for_settings(cls, settings: EngineSettings) -> Split:
-        """Margins that cover the engine's look-back several times over."""
+        """Margins that cover the engine's look-back several times over, and
+        the two epochs its work baselines remember (after the GPUs armed)."""
         reach = settings.baseline_window + settings.activity_window + settings.resolve_hold
-        return cls(warmup=max(600.0, 2 * reach), verify=settings.resolve_hold + reach)
+        epochs = 2 * BASELINE_EPOCH + settings.arm_after + settings.activity_window
+        return cls(warmup=max(600.0, 2 * reach, epochs), verify=settings.resolve_hold + reach)
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,6 +193,20 @@ def _agree(before: SpanRun, after: SpanRun) -> bool:
     return before.tail == after.head
 
 
+def _cuts(n: int, count: int, warm: int, verify: int) -> list[int]:
+    """Tick indices that cut ``n`` ticks into ``count`` spans of equal work.
+
+    Every span but the first also runs ``warm`` ticks before its own, every
+    span but the last ``verify`` ticks after them, so the inner spans own
+    fewer ticks: each worker then runs as many ticks as the others, and none
+    waits for a longer last span."""
+    total = (n + (count - 1) * (warm + verify)) / count
+    cuts = [0]
+    for k in range(1, count):
+        cuts.append(round(k * total - verify - (k - 1) * (warm + verify)))
+    return [*cuts, n]
+
+
 def run_parallel(
     samples: Sequence[Sample],
     settings: EngineSettings | None = None,
@@ -207,8 +229,7 @@ def run_parallel(
     count = min(jobs, n // (2 * (warm + verify)))
     if count < 2:
         return run_replay(samples, settings, node=node)
-    cuts = [round(n * k / count) for k in range(count + 1)]
-    spans = [_Span(a, b) for a, b in itertools.pairwise(cuts)]
+    spans = [_Span(a, b) for a, b in itertools.pairwise(_cuts(n, count, warm, verify))]
     job = _Job(plan, settings, node, warm, verify)
     runs = _run_all(job, spans, jobs)
     # Remove failed cuts (merging their spans) until every remaining cut agrees.
@@ -232,7 +253,9 @@ def run_parallel(
         fresh = dict(zip(redo, _run_all(job, [merged[i] for i in redo], jobs), strict=True))
         runs = [r if r is not None else fresh[i] for i, r in enumerate(kept)]
         spans = merged
-    result = ReplayResult(start=plan.start, end=plan.end, skipped=plan.skipped, spans=len(runs))
+    result = ReplayResult(
+        start=plan.start, end=plan.end, skipped=plan.skipped, spans=len(runs), planned=count
+    )
     for run in runs:
         result.transitions.extend(run.transitions)
         result.ticks += run.ticks

@@ -132,6 +132,34 @@ def _visited(times: memoryview[float], start: float) -> tuple[int, list[float]] 
     return first, seen
 
 
+def _suffix(series: Series, start: float) -> tuple[memoryview[float], list[float]] | None:
+    """The values and times (oldest first) of the points a walk from the
+    newest point back to the first one older than ``start`` visits, or more
+    points before those (all in order), as :func:`_visited` finds them; None
+    where it finds none (take the walk).
+
+    Mostly the walk stops in the ring's newest stretch (before its write
+    head, not wrapped): that stretch is searched in place, without copying
+    the ring, when its visited times are finite, in order and begin older
+    than ``start`` (then the walk stops inside them, whatever lies before).
+    """
+    ring, head = series.ring, series.head
+    if ring is not None and head >= 4:
+        view = cast("memoryview[float]", memoryview(ring))[:head]
+        times = view[0::2]
+        p = bisect_left(times, start)
+        if p > 0:
+            seen = cast("list[float]", times[p - 1 :].tolist())
+            if seen[0] < start and seen == sorted(seen) and math.isfinite(sum(seen)):
+                return view[2 * p - 1 :: 2], seen
+    times, values = _columns(series)
+    found = _visited(times, start)
+    if found is None:
+        return None
+    first, seen = found
+    return values[first:], seen
+
+
 def window(series: Series, start: float, end: float) -> Window:
     """Points of ``series`` with ``start <= ts <= end``, oldest first.
 
@@ -139,14 +167,13 @@ def window(series: Series, start: float, end: float) -> Window:
     older than ``start``) is what this computes; on an ordered history it is
     two bisections and two slices of the ring.
     """
-    times, values = _columns(series)
-    found = _visited(times, start)
+    found = _suffix(series, start)
     if found is None:
         return _window_walk(series, start, end)
-    first, seen = found
+    values, seen = found
     lo = bisect_left(seen, start)
     hi = bisect_right(seen, end, lo)
-    return Window(tuple(values[first + lo : first + hi]), tuple(seen[lo:hi]))
+    return Window(tuple(values[lo:hi]), tuple(seen[lo:hi]))
 
 
 def _window_walk(series: Series, start: float, end: float) -> Window:
@@ -175,11 +202,10 @@ def chunk_means(series: Series, now: float, width: float, chunks: int) -> list[f
     chunk (the shallow-slowdown check reads it for every job GPU on every
     sample). None when any span holds fewer than two points.
     """
-    times, values = _columns(series)
-    found = _visited(times, now - (chunks + 1) * width)
+    found = _suffix(series, now - (chunks + 1) * width)
     if found is None:
         return _chunk_means_walk(series, now, width, chunks)
-    first, seen = found
+    values, seen = found
     spans = [(now - width, now)]
     spans += [(now - (j + 2) * width, now - (j + 1) * width - 1e-3) for j in range(chunks)]
     out: list[float] = []
@@ -189,7 +215,7 @@ def chunk_means(series: Series, now: float, width: float, chunks: int) -> list[f
         if hi - lo < 2:
             return None
         # Oldest first, as window() sums them, so the figures are bit-for-bit the same.
-        out.append(sum(values[first + lo : first + hi]) / (hi - lo))
+        out.append(sum(values[lo:hi]) / (hi - lo))
     return out
 
 

@@ -21,6 +21,8 @@ from fabricwatch.engine.settings import EngineSettings
 from fabricwatch.store import Series, SnapshotStore
 
 _SMOOTH = 3
+BASELINE_EPOCH = 240.0
+"""Seconds of sample time per epoch of the slow baseline (see ``GpuState.baseline``)."""
 
 
 @dataclass(slots=True)
@@ -38,7 +40,14 @@ class GpuState:
     work: float | None = None
     signal: str = ""
     peak_power: float = 0.0
+    # The work baseline is the EWMA seeded in the previous epoch of
+    # BASELINE_EPOCH seconds (on the absolute clock), ``next_baseline`` the one
+    # seeded in this epoch: the baseline depends on at most two epochs of
+    # samples, so a detector started that much earlier or later on the same
+    # samples (a replay --jobs span) holds exactly the same baseline.
     baseline: float | None = None
+    next_baseline: float | None = None
+    epoch: int = 0
     recent: deque[float] = field(default_factory=lambda: deque(maxlen=_SMOOTH))
     slow: bool = False
     slow_since: float = 0.0
@@ -159,7 +168,7 @@ class StallDetector:
             if not in_job or job != st.job:
                 st.armed = False
                 st.active_for = 0.0
-                st.baseline = None
+                st.baseline = st.next_baseline = None
                 st.slow = False
             st.in_job = in_job
             st.job = job
@@ -172,7 +181,7 @@ class StallDetector:
                     st.active_for += dt
                     if st.active_for >= s.arm_after:
                         st.armed = True
-            self._slow(st)
+            self._slow(st, now)
 
     def _work(self, h: _Handles, st: GpuState, now: float) -> None:
         s = self._s
@@ -256,22 +265,38 @@ class StallDetector:
         # a job in a deeper power state than one holding a hung context.
         return max(s.idle_power_ratio, (floor + s.idle_power_above_idle * (ref - floor)) / ref)
 
-    def _slow(self, st: GpuState) -> None:
+    def _slow(self, st: GpuState, now: float) -> None:
         s = self._s
+        epoch = math.floor(now / BASELINE_EPOCH)
+        if epoch != st.epoch:
+            # After a gap of more than an epoch, no baseline of the last two.
+            st.baseline = st.next_baseline if epoch == st.epoch + 1 else None
+            st.next_baseline = None
+            st.epoch = epoch
         if not st.armed or st.idle or st.work is None:
             st.slow = False
             return
         smooth = sum(st.recent) / len(st.recent)
         if st.baseline is None:
             st.baseline = smooth
+        if st.next_baseline is None:
+            st.next_baseline = smooth
         slow = smooth < s.slow_ratio * st.baseline
         if slow and not st.slow:
             st.slow_since = st.last_sample
         st.slow = slow
-        # The baseline follows normal work quickly and slow phases only slowly,
-        # so a long evaluation phase eventually becomes the new normal.
+        st.baseline = self._follow(st.baseline, st.work, slow=slow)
+        # The next baseline follows by its own judgement of slowness, so it
+        # owes nothing to the epochs before its own.
+        nxt = st.next_baseline
+        st.next_baseline = self._follow(nxt, st.work, slow=smooth < s.slow_ratio * nxt)
+
+    def _follow(self, baseline: float, work: float, *, slow: bool) -> float:
+        """One tick of a baseline: it follows normal work quickly and slow
+        phases only slowly, so a long evaluation phase eventually becomes the
+        new normal (at the latest two epochs after it began)."""
         alpha = self._tick / (600.0 if slow else 60.0)
-        st.baseline += alpha * (st.work - st.baseline)
+        return baseline + alpha * (work - baseline)
 
     def retune(self, settings: EngineSettings, spacing: float) -> None:
         """Use ``settings`` (the engine's, scaled to the observed ``spacing``) from now on."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import itertools
 import json
 import multiprocessing
 import os
@@ -15,6 +16,7 @@ from fabricwatch.cli import main
 from fabricwatch.engine.replay import ReplayResult, run_replay
 from fabricwatch.engine.replay_jobs import (
     Split,
+    _cuts,
     _run_forked,
     run_nodes,
     run_parallel,
@@ -41,8 +43,9 @@ def _scenario(duration: int, starts: list[int], seed: int) -> Scenario:
 
 @pytest.fixture(scope="module")
 def long_run() -> list[Sample]:
-    # Faults spread over 80 minutes, several of them across the cuts that
-    # 2, 3 and 4 equal spans make (at 1/4, 1/3, 1/2, 2/3, 3/4 of the run).
+    # Faults spread over 80 minutes, some across the cuts of the short split
+    # below; the default split makes one cut (tick 2550; 80 minutes hold no
+    # more spans of its margins).
     return _samples(_scenario(4800, [300, 1180, 1580, 2390, 3190, 3590, 4300], seed=3))
 
 
@@ -58,8 +61,7 @@ def test_parallel_replay_equals_one_pass(
 ) -> None:
     one = long_run_one_pass
     assert len(one.incidents()) >= 5
-    split = Split(warmup=600.0, verify=240.0)
-    par = run_parallel(long_run, node="n1", jobs=jobs, split=split)
+    par = run_parallel(long_run, node="n1", jobs=jobs)
     assert par.transitions == one.transitions
     assert (par.ticks, par.readings, par.rejected, par.skipped) == (
         one.ticks,
@@ -68,7 +70,7 @@ def test_parallel_replay_equals_one_pass(
         one.skipped,
     )
     assert (par.start, par.end) == (one.start, one.end)
-    assert par.spans >= 2, "the cuts should have been kept: the run was not parallel"
+    assert par.spans == par.planned >= 2, "every cut should have been kept: not parallel"
 
 
 def test_cuts_through_incidents_and_a_too_short_warmup_still_equal_one_pass(
@@ -177,3 +179,39 @@ def test_a_failing_call_in_this_process_stops_the_workers() -> None:
     with pytest.raises(ValueError, match="span in this process"):
         _run_forked([_sleep, _fail], jobs=2)
     assert multiprocessing.active_children() == []
+
+
+def test_cuts_through_slowdowns_verify_on_a_long_run() -> None:
+    # Slowdowns across cuts: their lost GPU-seconds integrate the GPUs' work
+    # baselines, which a span warmed up by the default split reproduces bit
+    # for bit only when they remember a bounded history (two epochs). With an
+    # EWMA over the whole run a cut either failed (one pass again) or, where
+    # the discrete state agreed at the cut, passed with baselines that differ
+    # and gave other GPU-seconds later on.
+    kinds = ("pfc_storm", "checkpoint_write", "ecn_congestion", "gpu_fault", "nvlink_degraded")
+    starts = range(500, 5000, 700)
+    sc = Scenario(
+        duration=5400,
+        injections=[Injection(kinds[(i + 2) % 5], t, 40) for i, t in enumerate(starts)],
+        seed=12,
+    )
+    samples = _samples(sc)
+    one = run_replay(samples, node="n1")
+    assert any(tr.incident.kind == "slowdown" for tr in one.transitions)
+    par = run_parallel(samples, node="n1", jobs=3)
+    _same(par, one)
+    assert par.spans == par.planned == 3, "every cut should verify: each span warmed up enough"
+
+
+@pytest.mark.parametrize(("n", "count"), [(3600, 2), (4801, 3), (7200, 4), (86400, 16)])
+def test_spans_run_equal_work(n: int, count: int) -> None:
+    # The first span has no warm-up and the last no verification: each owns
+    # more ticks than the inner ones, so that every worker runs as many ticks.
+    warm, verify = 600, 300
+    cuts = _cuts(n, count, warm, verify)
+    assert cuts[0] == 0 and cuts[-1] == n and cuts == sorted(cuts)
+    work = [
+        (b - a) + (warm if k > 0 else 0) + (verify if k < count - 1 else 0)
+        for k, (a, b) in enumerate(itertools.pairwise(cuts))
+    ]
+    assert max(work) - min(work) <= 1
