@@ -150,6 +150,11 @@ MAPPING_TABLE: tuple[tuple[str, str, str], ...] = (
         "delta time / delta writes = average write latency, path=device (same filter)",
     ),
     (
+        "node_disk_writes_completed_total{device}",
+        sig.ST_WRITE_OPS,
+        "count, path=device (same filter); bytes / writes is the request size",
+    ),
+    (
         "node_mountstats_nfs_total_write_bytes_total{export,protocol,mountaddr}",
         sig.ST_WRITE_BYTES,
         "bytes sent to the NFS server, path=export (an NFS mount: the remote device class)",
@@ -159,6 +164,11 @@ MAPPING_TABLE: tuple[tuple[str, str, str], ...] = (
         "_operations_requests_total{export,...,operation=WRITE}",
         sig.ST_WRITE_LAT,
         "delta execute time / delta WRITE requests, path=export; other operations dropped",
+    ),
+    (
+        "node_mountstats_nfs_operations_requests_total{export,...,operation=WRITE}",
+        sig.ST_WRITE_OPS,
+        "count of WRITE requests, path=export",
     ),
     (
         "node_network_carrier{device}",
@@ -548,6 +558,8 @@ class Mapper:
             # Raw totals: the latency needs both counters' deltas over the
             # very same interval (finish()), which smoothed rates are not.
             self._disk.setdefault((tr, target.labels[0]), {})[ts] = value
+            if tr == "disk_ops":  # the count itself: bytes / writes is the request size
+                out.append((ts, sig.ST_WRITE_OPS, target.labels, value))
         else:
             self._apply_more(target, source, ts, value)
 

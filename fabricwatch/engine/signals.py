@@ -61,6 +61,7 @@ ST_PROBE_FAIL = fam.ST_PROBE_FAIL.name
 ST_WRITE_LAT = fam.ST_WRITE_LAT.name
 ST_WRITE_BYTES = fam.ST_WRITE_BYTES.name
 ST_WRITE_BURST = fam.ST_WRITE_BURST.name
+ST_WRITE_OPS = fam.ST_WRITE_OPS.name
 
 SIGNAL_SPECS: Mapping[str, MetricSpec] = {s.name: s for s in fam.SIGNALS}
 """Every family of ``docs/signals.md``, by name."""
@@ -74,7 +75,14 @@ FAMILY_GROUPS: Mapping[str, tuple[str, ...]] = {
     # Byte counters: one GPU's traffic collapsing while its peers' does not.
     "nvlink": (NVLINK_UP, NVLINK_ERRORS, NVLINK_TX, NVLINK_RX),
     "xid": (GPU_XID, GPU_HEALTHY),
-    "storage": (ST_WRITE_LAT, ST_WRITE_BYTES, ST_PROBE_LAST, ST_PROBE_FAIL, ST_WRITE_BURST),
+    "storage": (
+        ST_WRITE_LAT,
+        ST_WRITE_BYTES,
+        ST_WRITE_OPS,
+        ST_PROBE_LAST,
+        ST_PROBE_FAIL,
+        ST_WRITE_BURST,
+    ),
 }
 """Evidence families; an absent group lowers confidence and is named in the incident."""
 
