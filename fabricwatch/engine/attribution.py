@@ -26,6 +26,9 @@ class Attribution:
     culprit: Culprit
     score: float
     evidence: tuple[Evidence, ...]
+    # Causes with evidence strong enough to explain the stall that was present
+    # at its onset (not secondary): what a re-score may still name.
+    primary: frozenset[Cause] = frozenset()
 
 
 def attribute(
@@ -34,6 +37,7 @@ def attribute(
     *,
     min_evidence: float,
     late_after: float = math.inf,
+    first_by: float = math.inf,
 ) -> Attribution:
     """Pick the cause from scored evidence (strongest first or not).
 
@@ -42,7 +46,15 @@ def attribute(
     (a pause storm in the middle of a checkpoint) is secondary evidence,
     listed with its time, and decides only where nothing present at the
     onset explains the stall.
+
+    ``first_by`` (finite where the onset itself is not sharp: a slowdown is
+    found over a throughput window and dated only roughly) replaces that
+    rule: evidence that first showed more than ``first_by`` seconds after
+    the earliest evidence strong enough to explain it came second, and is
+    secondary the same way.
     """
+    if math.isfinite(first_by):
+        late_after = _first_shown(evidence, min_evidence) + first_by
     timely = [e for e in evidence if e.since is None or e.since <= late_after]
     if any(e.score >= min_evidence for e in timely) and len(timely) < len(evidence):
         late = [
@@ -67,11 +79,12 @@ def attribute(
         # Independent corroboration (a second family agreeing) adds a little.
         bonus = 0.03 if support.get(cause, 0) >= 2 else 0.0
         scores[cause] = min(0.99, e.score + bonus)
+    primary = frozenset(c for c, n in support.items() if n)
     ranked = sorted(scores, key=lambda c: (-scores[c], c.precedence))
     ranked_ev = tuple(e for e in evidence if e.score >= 0.3)
     if not ranked or scores[ranked[0]] < min_evidence:
         return Attribution(
-            Cause.UNKNOWN, 0.0, NO_CULPRIT, scores[ranked[0]] if ranked else 0.0, ranked_ev
+            Cause.UNKNOWN, 0.0, NO_CULPRIT, scores[ranked[0]] if ranked else 0.0, ranked_ev, primary
         )
     winner = ranked[0]
     # Slow storage explains a checkpoint that takes too long: latency beats volume.
@@ -82,4 +95,12 @@ def attribute(
     coverage = 1.0 - len(missing) / _EVIDENCE_GROUPS
     confidence = top * (0.75 + 0.25 * coverage) * (1.0 - 0.25 * min(1.0, runner / top))
     ordered = tuple(sorted(ranked_ev, key=lambda e: (e.cause != winner, -e.score)))
-    return Attribution(winner, round(confidence, 3), best[winner].culprit, top, ordered)
+    return Attribution(winner, round(confidence, 3), best[winner].culprit, top, ordered, primary)
+
+
+def _first_shown(evidence: Sequence[Evidence], min_evidence: float) -> float:
+    """When the earliest evidence that could explain a stall on its own first showed."""
+    return min(
+        (e.since for e in evidence if e.since is not None and e.score >= min_evidence),
+        default=math.inf,
+    )
