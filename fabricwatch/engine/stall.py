@@ -67,6 +67,7 @@ _GPU_FAMILIES = (
     sig.GPU_MEM,
     sig.GPU_HEALTHY,
     sig.GPU_POWER_LIMIT,
+    sig.GPU_INFO,
 )
 # Order of the per-GPU series handles in StallDetector._handles.
 _PROCS, _MEM, _HEALTHY, _SM, _POWER, _UTIL, _LIMIT = range(7)
@@ -97,6 +98,8 @@ class StallDetector:
         # idle_power_ratio of its reference; not "no job": a GPU's job gate
         # may not be known yet while it works).
         self._idle_draw = math.inf
+        # Power limits of the GPUs' device class (by model), where none is exported.
+        self._board: dict[str, float] = {}
 
     def _refresh(self, store: SnapshotStore) -> None:
         """(Re)build the GPU list and series handles when the families changed."""
@@ -107,6 +110,8 @@ class StallDetector:
         if len(current) == len(seen) and all(map(is_, current, seen)):
             return
         self._seen = tuple(current)
+        board = ((i.labels[0], sig.board_power(i.labels[2])) for i in store.family(sig.GPU_INFO))
+        self._board = {gpu: w for gpu, w in board if w}
         names: set[str] = set()
         for fam in (sig.GPU_SM, sig.GPU_POWER, sig.GPU_UTIL, sig.GPU_PROCS):
             for series in store.family(fam):
@@ -197,7 +202,8 @@ class StallDetector:
                 self._idle_draw = min(self._idle_draw, power.value)
         elif power is not None and now - power.updated <= age:
             limit = h[_LIMIT]
-            ref = limit.value if limit is not None and limit.value > 0 else st.peak_power
+            ref = limit.value if limit is not None and limit.value > 0 else 0.0
+            ref = ref or self._board.get(st.gpu, st.peak_power)
             if ref <= 0:
                 st.work = None
                 return

@@ -655,3 +655,41 @@ def test_an_xid_on_a_gpu_that_worked_on_after_it_does_not_explain_a_later_stall(
 
     incs = replay(node(15.0, 3600, (2000, 2300), stalled=range(4, 8), extra=xid))
     assert [i.cause for i in incs] == ["unknown"], [i.summary for i in incs]
+
+
+# F2: a single-job node whose GPUs are never seen idle (power is the work signal)
+
+
+def _dcgm_power_node(model: str) -> list[Sample]:
+    """dcgm-exporter at 15 s without SM activity or a power limit: 8 GPUs of
+    one job drawing ~490 W (a fast rhythm averaged below the limit); all
+    hang at 140 W (a hung context's kernels) in [1500, 1650)."""
+    lines = []
+    for k in range(1, 241):
+        t = 15.0 * k
+        ts = T0 + t + 0.3
+        for g in range(8):
+            watts = 140.0 if 1500 <= t < 1650 else 490.0 * (1 + 0.05 * math.sin(1.3 * k + g))
+            lab = f'gpu="{g}",UUID="GPU-{g}",modelName="{model}",Hostname="n1"'
+            lines.append(f"DCGM_FI_DEV_POWER_USAGE{{{lab}}} {watts} {ts}")
+            lines.append(f"DCGM_FI_DEV_FB_USED{{{lab}}} 60000 {ts}")
+    return from_text("\n".join(lines) + "\n")
+
+
+def test_a_hang_on_a_node_never_seen_idle_is_a_stall_against_its_board_power() -> None:
+    # No GPU idles, so the node's idle draw is unknown; 140 W is 0.29 of the
+    # observed peak (above idle_power_ratio: "slow"), but 0.2 of an H100
+    # SXM's 700 W board power, its device class named by dcgm's modelName.
+    incs = replay(_dcgm_power_node("NVIDIA H100 80GB HBM3"))
+    assert [(i.kind, i.cause, i.gpus) for i in incs] == [
+        ("stall", "unknown", tuple(str(g) for g in range(8)))
+    ], [i.summary for i in incs]
+
+
+def test_board_power_follows_the_model_name() -> None:
+    assert sig.board_power("NVIDIA H100 80GB HBM3") == 700.0
+    assert sig.board_power("NVIDIA H100 PCIe") == 350.0
+    assert sig.board_power("NVIDIA A100-SXM4-80GB") == 400.0
+    assert sig.board_power("NVIDIA A100-PCIE-40GB") == 250.0
+    assert sig.board_power("NVIDIA GB200") == 1200.0
+    assert sig.board_power("Tesla T4") is None
