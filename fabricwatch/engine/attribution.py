@@ -49,19 +49,26 @@ def attribute(
 
     ``first_by`` (finite where the onset itself is not sharp: a slowdown is
     found over a throughput window and dated only roughly) replaces that
-    rule: evidence that first showed more than ``first_by`` seconds after
-    the earliest evidence strong enough to explain it came second, and is
-    secondary the same way.
+    rule by causes: a cause whose evidence first showed more than
+    ``first_by`` seconds after the earliest cause's came second, and is
+    secondary the same way (all evidence of the first cause stays: its
+    culprit port may show a sample after the other ports' rate cuts).
     """
     if math.isfinite(first_by):
-        late_after = _first_shown(evidence, min_evidence) + first_by
-    timely = [e for e in evidence if e.since is None or e.since <= late_after]
+        first = _first_shown(evidence, min_evidence)
+        t0 = min(first.values(), default=math.inf)
+
+        def is_late(e: Evidence) -> bool:
+            shown = first.get(e.cause, math.inf if e.since is None else e.since)
+            return shown > t0 + first_by
+    else:
+
+        def is_late(e: Evidence) -> bool:
+            return e.since is not None and e.since > late_after
+
+    timely = [e for e in evidence if not is_late(e)]
     if any(e.score >= min_evidence for e in timely) and len(timely) < len(evidence):
-        late = [
-            replace(e, text=f"after the onset: {e.text}")
-            for e in evidence
-            if e.since is not None and e.since > late_after
-        ]
+        late = [replace(e, text=f"after the onset: {e.text}") for e in evidence if is_late(e)]
         evidence = [*timely, *late]
         candidates: Sequence[Evidence] = timely
     else:
@@ -98,9 +105,11 @@ def attribute(
     return Attribution(winner, round(confidence, 3), best[winner].culprit, top, ordered, primary)
 
 
-def _first_shown(evidence: Sequence[Evidence], min_evidence: float) -> float:
-    """When the earliest evidence that could explain a stall on its own first showed."""
-    return min(
-        (e.since for e in evidence if e.since is not None and e.score >= min_evidence),
-        default=math.inf,
-    )
+def _first_shown(evidence: Sequence[Evidence], min_evidence: float) -> dict[Cause, float]:
+    """When each cause's earliest evidence that could explain a stall on its
+    own first showed (causes with such evidence of a known time)."""
+    first: dict[Cause, float] = {}
+    for e in evidence:
+        if e.since is not None and e.score >= min_evidence:
+            first[e.cause] = min(first.get(e.cause, math.inf), e.since)
+    return first
