@@ -132,10 +132,15 @@ class ScoreContext:
         # Up to the window's end, and on to the second sample at or after the
         # onset where a collector gap left fewer: whether evidence lasted is
         # decided on samples, not on a clock that ran while nothing came.
+        # Half a sample of slack: the end is a whole number of samples after
+        # the onset, and scrape jitter must not move a sample in and out of
+        # the window from one re-score to the next (the observed spacing
+        # itself jitters).
         after = 0
         keep = 0
+        slack = 0.5 * sample_s if sample_s > self.tick else 0.0
         for t in on.times:
-            if t > end and after >= 2:
+            if t > end + slack and after >= 2:
                 break
             if t >= self.onset - 0.5 * sample_s:
                 after += 1
