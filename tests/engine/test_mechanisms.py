@@ -728,3 +728,29 @@ def test_a_storm_stays_the_cause_when_the_observed_spacing_jitters() -> None:
     assert [(i.cause, i.culprit.key) for i in incs] == [("pfc_storm", "nic:eth1:1:3")], [
         i.summary for i in incs
     ]
+
+
+# 3. over a range: checkpoints of 100-1200 MB/s in 0.5-1 MiB requests whose
+# latency rises 10-40x (with the request size), and slow storage 10-100x in
+# the usual 16-64 KiB requests with 1-20x the usual volume
+
+
+CHECKPOINTS = [
+    (rate, req, lat)
+    for rate in (100e6, 400e6, 1200e6)
+    for req, lat in ((1 << 19, 10), (1 << 20, 40))
+]
+SLOW = [(vol, req, lat) for vol in (1, 20) for req, lat in ((16384, 12), (65536, 100))]
+
+
+def test_storage_causes_over_a_range_of_volumes_request_sizes_and_latencies() -> None:
+    wrong = []
+    for rate, req, lat in CHECKPOINTS:
+        inc = _storage_stall((rate, 4e6), (req, 32768), (0.003 * lat, 0.003))
+        if inc.cause != "checkpoint_write":
+            wrong.append(("checkpoint", rate, req, lat, inc.summary))
+    for vol, req, lat in SLOW:
+        inc = _storage_stall((4e6 * vol, 4e6), (req, req), (0.003 * lat, 0.003))
+        if inc.cause != "storage_latency":
+            wrong.append(("slow", vol, req, lat, inc.summary))
+    assert wrong == []
