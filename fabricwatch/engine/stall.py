@@ -202,8 +202,7 @@ class StallDetector:
                 self._idle_draw = min(self._idle_draw, power.value)
         elif power is not None and now - power.updated <= age:
             limit = h[_LIMIT]
-            ref = limit.value if limit is not None and limit.value > 0 else 0.0
-            ref = ref or self._board.get(st.gpu, st.peak_power)
+            ref = limit.value if limit is not None and limit.value > 0 else st.peak_power
             if ref <= 0:
                 st.work = None
                 return
@@ -211,6 +210,10 @@ class StallDetector:
             if work < s.idle_power_ratio:
                 self._idle_draw = min(self._idle_draw, power.value)
             threshold = self._power_threshold(ref)
+            if ref == st.peak_power and st.gpu in self._board:
+                # No limit: idle_power_ratio of the device class's board power
+                # is idle too (what the limit gives live), on the peak's scale.
+                threshold = max(threshold, s.idle_power_ratio * self._board[st.gpu] / ref)
             ts, signal = power.updated, "power"
         elif util is not None and now - util.updated <= age:
             work, threshold, ts, signal = util.value, s.idle_util_ratio, util.updated, "utilization"
