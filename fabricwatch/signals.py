@@ -263,6 +263,13 @@ ST_WRITE_BYTES = MetricSpec(
     "Bytes written to the path's block device or NFS server.",
     PATH,
 )
+ST_WRITE_OPS = MetricSpec(
+    "fabricwatch_storage_writes_completed",
+    C,
+    "Write requests completed by the path's block device (diskstats writes completed) or "
+    "WRITE operations sent to its NFS server; bytes / writes is the request size.",
+    PATH,
+)
 ST_WRITE_BURST = MetricSpec(
     "fabricwatch_storage_write_burst",
     G,
@@ -298,7 +305,7 @@ SIGNALS: tuple[MetricSpec, ...] = (
     NIC_PFC_RATIO, NIC_PFC_FRAMES, NIC_ECN, NIC_CNP_SENT, NIC_CNP_HANDLED, NIC_XMIT_WAIT,
     NIC_LINK_UP, NIC_LINK_DOWNED, NIC_TX_BYTES, NIC_RX_BYTES, NIC_RATE,
     ST_PROBE_HIST, ST_PROBE_LAST, ST_PROBE_FAIL, ST_WRITE_LAT, ST_WRITE_BYTES, ST_WRITE_BURST,
-    NCCL_BUS_BW, NCCL_RAS_MISSING,
+    ST_WRITE_OPS, NCCL_BUS_BW, NCCL_RAS_MISSING,
 )  # fmt: skip
 """The families of ``docs/signals.md``: what replay and the scenario simulator
 register, and what the engine may read."""

@@ -23,6 +23,7 @@ from fabricwatch.signals import (
     ST_WRITE_BURST,
     ST_WRITE_BYTES,
     ST_WRITE_LAT,
+    ST_WRITE_OPS,
 )
 
 from ._burst import BurstDetector, BurstSettings, BurstState
@@ -473,6 +474,9 @@ class StorageCollector:
                         p.burst = BurstDetector(self._bs)
                     total = float(nm.bytes.server_write)
                     out.append(Reading(ST_WRITE_BYTES.name, lab, total, epoch=p.epoch))
+                    op = nm.ops.get("WRITE")  # absent when nfs_ops leaves WRITE out
+                    if op is not None:
+                        out.append(Reading(ST_WRITE_OPS.name, lab, float(op.ops), epoch=p.epoch))
                     self._emit_burst(lab, p.burst.update(now, total), out)
                     ns = self._nfs.get(m.mountpoint)
                     if ns is not None and ns.write_latency is not None:
@@ -483,6 +487,9 @@ class StorageCollector:
                 self._path_epoch(p, key)
                 wsect = dev.totals[_WSECT] or 0.0
                 out.append(Reading(ST_WRITE_BYTES.name, lab, wsect * SECTOR_BYTES, epoch=p.epoch))
+                writes = dev.totals[_WRITES]
+                if writes is not None:
+                    out.append(Reading(ST_WRITE_OPS.name, lab, writes, epoch=p.epoch))
                 if dev.write_latency is not None:
                     out.append(Reading(ST_WRITE_LAT.name, lab, dev.write_latency))
                 if dev.state is not None:

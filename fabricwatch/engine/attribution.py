@@ -26,6 +26,9 @@ class Attribution:
     culprit: Culprit
     score: float
     evidence: tuple[Evidence, ...]
+    # Causes with evidence strong enough to explain the stall that was present
+    # at its onset (not secondary): what a re-score may still name.
+    primary: frozenset[Cause] = frozenset()
 
 
 def attribute(
@@ -34,6 +37,7 @@ def attribute(
     *,
     min_evidence: float,
     late_after: float = math.inf,
+    first_by: float = math.inf,
 ) -> Attribution:
     """Pick the cause from scored evidence (strongest first or not).
 
@@ -42,14 +46,29 @@ def attribute(
     (a pause storm in the middle of a checkpoint) is secondary evidence,
     listed with its time, and decides only where nothing present at the
     onset explains the stall.
+
+    ``first_by`` (finite where the onset itself is not sharp: a slowdown is
+    found over a throughput window and dated only roughly) replaces that
+    rule by causes: a cause whose evidence first showed more than
+    ``first_by`` seconds after the earliest cause's came second, and is
+    secondary the same way (all evidence of the first cause stays: its
+    culprit port may show a sample after the other ports' rate cuts).
     """
-    timely = [e for e in evidence if e.since is None or e.since <= late_after]
+    if math.isfinite(first_by):
+        first = _first_shown(evidence, min_evidence)
+        t0 = min(first.values(), default=math.inf)
+
+        def is_late(e: Evidence) -> bool:
+            shown = first.get(e.cause, math.inf if e.since is None else e.since)
+            return shown > t0 + first_by
+    else:
+
+        def is_late(e: Evidence) -> bool:
+            return e.since is not None and e.since > late_after
+
+    timely = [e for e in evidence if not is_late(e)]
     if any(e.score >= min_evidence for e in timely) and len(timely) < len(evidence):
-        late = [
-            replace(e, text=f"after the onset: {e.text}")
-            for e in evidence
-            if e.since is not None and e.since > late_after
-        ]
+        late = [replace(e, text=f"after the onset: {e.text}") for e in evidence if is_late(e)]
         evidence = [*timely, *late]
         candidates: Sequence[Evidence] = timely
     else:
@@ -67,11 +86,12 @@ def attribute(
         # Independent corroboration (a second family agreeing) adds a little.
         bonus = 0.03 if support.get(cause, 0) >= 2 else 0.0
         scores[cause] = min(0.99, e.score + bonus)
+    primary = frozenset(c for c, n in support.items() if n)
     ranked = sorted(scores, key=lambda c: (-scores[c], c.precedence))
     ranked_ev = tuple(e for e in evidence if e.score >= 0.3)
     if not ranked or scores[ranked[0]] < min_evidence:
         return Attribution(
-            Cause.UNKNOWN, 0.0, NO_CULPRIT, scores[ranked[0]] if ranked else 0.0, ranked_ev
+            Cause.UNKNOWN, 0.0, NO_CULPRIT, scores[ranked[0]] if ranked else 0.0, ranked_ev, primary
         )
     winner = ranked[0]
     # Slow storage explains a checkpoint that takes too long: latency beats volume.
@@ -82,4 +102,14 @@ def attribute(
     coverage = 1.0 - len(missing) / _EVIDENCE_GROUPS
     confidence = top * (0.75 + 0.25 * coverage) * (1.0 - 0.25 * min(1.0, runner / top))
     ordered = tuple(sorted(ranked_ev, key=lambda e: (e.cause != winner, -e.score)))
-    return Attribution(winner, round(confidence, 3), best[winner].culprit, top, ordered)
+    return Attribution(winner, round(confidence, 3), best[winner].culprit, top, ordered, primary)
+
+
+def _first_shown(evidence: Sequence[Evidence], min_evidence: float) -> dict[Cause, float]:
+    """When each cause's earliest evidence that could explain a stall on its
+    own first showed (causes with such evidence of a known time)."""
+    first: dict[Cause, float] = {}
+    for e in evidence:
+        if e.since is not None and e.score >= min_evidence:
+            first[e.cause] = min(first.get(e.cause, math.inf), e.since)
+    return first

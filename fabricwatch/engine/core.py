@@ -556,7 +556,12 @@ class Engine:
         evidence = collect(ctx, job)
         missing = missing_groups(self.store, now, s.sample_max_age)
         late_after = ep.onset + max(self.tick_s, 0.5 * self.spacing)
-        attr = attribute(evidence, missing, min_evidence=s.min_evidence, late_after=late_after)
+        # A slowdown is dated after it began: what showed first, by over a
+        # sample, caused it (a storm starting inside it is secondary).
+        first_by = 1.5 * max(self.tick_s, self.spacing) if ep.kind == "slowdown" else math.inf
+        attr = attribute(
+            evidence, missing, min_evidence=s.min_evidence, late_after=late_after, first_by=first_by
+        )
         return attr, tuple(missing)
 
     def _step_stall(
@@ -805,7 +810,7 @@ class Engine:
     ) -> None:
         s = self._eff
         ep.next_score = now + s.rescore_every
-        ep.open_causes = frozenset(e.cause for e in attr.evidence if e.score >= s.min_evidence)
+        ep.open_causes = attr.primary
         gpus = tuple(sorted(ep.gpus, key=_gpu_order))
         jobs = [g.job for g in bad if g.job]
         job = max(sorted(set(jobs)), key=jobs.count) if jobs else ""

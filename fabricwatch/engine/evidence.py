@@ -132,10 +132,15 @@ class ScoreContext:
         # Up to the window's end, and on to the second sample at or after the
         # onset where a collector gap left fewer: whether evidence lasted is
         # decided on samples, not on a clock that ran while nothing came.
+        # Half a sample of slack: the end is a whole number of samples after
+        # the onset, and scrape jitter must not move a sample in and out of
+        # the window from one re-score to the next (the observed spacing
+        # itself jitters).
         after = 0
         keep = 0
+        slack = 0.5 * sample_s if sample_s > self.tick else 0.0
         for t in on.times:
-            if t > end and after >= 2:
+            if t > end + slack and after >= 2:
                 break
             if t >= self.onset - 0.5 * sample_s:
                 after += 1
@@ -623,7 +628,65 @@ def score_nvlink_throughput(ctx: ScoreContext) -> list[Evidence]:
 
 def score_gpu(ctx: ScoreContext, job_gpus: Sequence[str]) -> list[Evidence]:
     """XID events, GPUs marked unhealthy and job GPUs whose telemetry vanished."""
-    return [*_score_xids(ctx), *_score_unhealthy(ctx), *_score_vanished(ctx, job_gpus)]
+    return [
+        *_score_xids(ctx),
+        *_score_lost_after_xid(ctx),
+        *_score_unhealthy(ctx),
+        *_score_vanished(ctx, job_gpus),
+    ]
+
+
+def _score_lost_after_xid(ctx: ScoreContext) -> list[Evidence]:
+    """A hardware XID before the onset window on a GPU of the stalled job that
+    has not been seen working since.
+
+    A GPU lost to a hardware fault stops its own work at once; its job-mates
+    run on until their next collective waits for it, which can be longer
+    than the onset window reaches back (long compute phases, buffers
+    draining, a sample or more of delay). The XID still explains the stall
+    when the GPU never worked again after it: its SM activity stopped
+    reporting or stayed idle from the XID to the onset. A GPU that went on
+    working after its XID was not lost by it.
+    """
+    st = ctx.settings
+    sample_s = max(ctx.tick, ctx.spacing)
+    out: list[Evidence] = []
+    for s in ctx.store.family(sig.GPU_XID):
+        gpu, xid_text = s.labels
+        if not ctx.in_scope(gpu) or not xid_text.isdigit() or int(xid_text) not in HARDWARE_XIDS:
+            continue
+        on, _ = ctx.windows(s)
+        if _new_events(s, ctx, on) > 0:
+            continue  # in the onset window: _score_xids has it
+        before = window(s, ctx.onset - st.baseline_window, ctx.onset - st.onset_lead)
+        at = next((t for t, v in zip(before.times, before.values, strict=True) if v > 0), None)
+        if at is None or not _not_working_since(ctx, gpu, at, sample_s):
+            continue
+        out.append(
+            Evidence(
+                Cause.GPU_FAULT,
+                s.spec.name,
+                Culprit(f"gpu:{gpu}", "gpu", (("gpu", gpu),)),
+                0.75,
+                float(xid_text),
+                0.0,
+                f"XID {xid_text} (GPU hardware error) on GPU {gpu} {ctx.onset - at:.0f} s before "
+                "the stall; not seen working since",
+            )
+        )
+    return out
+
+
+def _not_working_since(ctx: ScoreContext, gpu: str, at: float, sample_s: float) -> bool:
+    """Whether ``gpu``'s SM activity stopped reporting or stayed idle from a
+    sample after ``at`` to the onset (while other GPUs' SM activity reports)."""
+    sm = ctx.store.get(sig.GPU_SM, (gpu,))
+    if sm is None:
+        # Its series expired while other GPUs' report: it stopped reporting.
+        # A node without SM activity cannot tell (power keeps some draw).
+        return any(True for _ in ctx.store.family(sig.GPU_SM))
+    since = window(sm, at + 0.5 * sample_s, ctx.onset)
+    return all(v < ctx.settings.idle_sm_ratio for v in since.values)
 
 
 def _score_xids(ctx: ScoreContext) -> list[Evidence]:
@@ -764,14 +827,103 @@ def _latency_floor(path: str, st: EngineSettings) -> float:
     return st.storage_latency_min
 
 
+@dataclass(frozen=True, slots=True)
+class _Requests:
+    """Bytes per write request of a storage path: while the GPUs waited, and
+    usually (its baseline). A checkpoint writes large sequential buffers
+    (merged to ~1 MiB); slow storage slows the small writes a node always
+    makes. ``seen`` is False where the path has no write counts (the
+    family is optional): then nothing is known and nothing is judged."""
+
+    size: float = math.nan
+    base: float = math.nan
+    seen: bool = True
+
+    @property
+    def known(self) -> bool:
+        return self.size > 0 and self.base > 0
+
+    @property
+    def ratio(self) -> float:
+        """The request size while waiting over the usual one (NaN: unknown)."""
+        return self.size / self.base if self.known else math.nan
+
+    def large(self, st: EngineSettings) -> bool:
+        """A bulk writer's requests: large outright, or several times the usual."""
+        return self.known and (
+            self.size >= st.storage_large_request_bytes or self.ratio >= st.storage_request_ratio
+        )
+
+    def text(self) -> str:
+        if not self.seen:
+            return "request size not seen: no write counts for this path"
+        if not self.known:
+            return "request size unknown: no writes completed while the GPUs waited"
+        return f"{_bytes_text(self.size)} per write, {self.ratio:.1f}x its usual"
+
+
+def _bytes_text(n: float) -> str:
+    return f"{n / 1048576:.1f} MiB" if n >= 1048576 else f"{n / 1024:.0f} KiB"
+
+
+def _per_write(written: Window, writes: Window) -> list[tuple[float, float]]:
+    """(bytes/s, writes/s) of the samples both series have (one diskstats line
+    or one mountstats block gives both, so they share their timestamps)."""
+    ops = dict(zip(writes.times, writes.values, strict=True))
+    return [
+        (v, ops[t]) for t, v in zip(written.times, written.values, strict=True) if ops.get(t, 0) > 0
+    ]
+
+
+def _requests(ctx: ScoreContext, path: str) -> _Requests:
+    """Request sizes of ``path``: over the samples taken while the GPUs waited,
+    the bytes of all its writes over their count (what was written, in
+    what pieces); usually, the median of its baseline samples' sizes (a
+    background burst of other writes does not move it)."""
+    written = ctx.store.get(sig.ST_WRITE_BYTES, (path,))
+    writes = ctx.store.get(sig.ST_WRITE_OPS, (path,))
+    if written is None or writes is None:
+        return _Requests(seen=writes is not None)
+    (on_b, base_b), (on_o, base_o) = ctx.windows(written), ctx.windows(writes)
+    if not ctx.slowdown:
+        on_b, on_o = ctx.while_waiting(on_b), ctx.while_waiting(on_o)
+    now = _per_write(on_b, on_o)
+    usual = [v / n for v, n in _per_write(base_b, base_o)]
+    ops = sum(n for _, n in now)
+    size = sum(v for v, _ in now) / ops if ops > 0 else math.nan
+    return _Requests(size, median(usual) if usual else math.nan)
+
+
 def score_storage(ctx: ScoreContext) -> list[Evidence]:
-    """Write latency, probe latency/failures and write-burst volume per path."""
+    """Write latency, probe latency/failures and write-burst volume per path.
+
+    Volume and request size tell the two storage causes apart: a checkpoint
+    writes a lot (against the path's own baseline) in large requests, and
+    each large request takes longer, so its latency rises with the request
+    size; slow storage is latency far above what the requests' size
+    explains, in the small requests the node always makes. Without write
+    counts (an optional family) the evidence says so and volume and
+    latency decide alone, as they did.
+    """
     st = ctx.settings
     out: list[Evidence] = []
+    reqs: dict[str, _Requests] = {}
 
     def path_culprit(ps: Series) -> Culprit:
         path = ps.labels[0]
         return Culprit(f"storage:{path}", "storage_path", (("path", path),))
+
+    def requests(path: str) -> _Requests:
+        if path not in reqs:
+            reqs[path] = _requests(ctx, path)
+        return reqs[path]
+
+    volume = [
+        (s, peak, b)
+        for s, peak, b in _checkpoint_levels(ctx, sig.ST_WRITE_BYTES)
+        if peak >= st.burst_min_bytes and peak >= st.burst_factor * b
+    ]
+    bursts = {s.labels[0] for s, _, _ in volume}
 
     for fam, what in ((sig.ST_WRITE_LAT, "write latency"), (sig.ST_PROBE_LAST, "probe latency")):
         for s, peak, b, _ in ctx.peaks(fam):
@@ -780,31 +932,26 @@ def score_storage(ctx: ScoreContext) -> list[Evidence]:
                 score = 0.85 + 0.1 * min(1.0, math.log10(ratio / st.storage_latency_ratio))
                 culprit = path_culprit(s)
                 text = f"{what} on {_where(culprit)}: {peak * 1000:,.2f} ms ({_times(peak, b)})"
+                if fam == sig.ST_WRITE_LAT:
+                    req = requests(s.labels[0])
+                    score, text = _latency_vs_requests(
+                        st, (score, text), ratio, req, burst=s.labels[0] in bursts
+                    )
                 out.append(Evidence(Cause.STORAGE_LATENCY, fam, culprit, score, peak, b, text))
-    for s in ctx.store.family(sig.ST_PROBE_FAIL):
-        on, _ = ctx.windows(s)
-        events = _new_events(s, ctx, on)
-        if events > 0:
-            culprit = path_culprit(s)
-            reason = s.labels[1] if len(s.labels) > 1 else "other"
-            out.append(
-                Evidence(
-                    Cause.STORAGE_LATENCY,
-                    s.spec.name,
-                    culprit,
-                    0.9,
-                    events,
-                    0.0,
-                    f"storage probe failed ({reason}) on {_where(culprit)}",
-                )
-            )
-    for s, peak, b in _checkpoint_levels(ctx, sig.ST_WRITE_BYTES):
-        if peak >= st.burst_min_bytes and peak >= st.burst_factor * b:
-            ratio = peak / max(b, 1.0)
-            score = 0.85 + 0.1 * min(1.0, math.log10(max(ratio / st.burst_factor, 1.0)) / 2.0)
-            culprit = path_culprit(s)
-            text = f"write burst on {_where(culprit)}: {peak / 1e6:,.0f} MB/s ({_times(peak, b)})"
-            out.append(Evidence(Cause.CHECKPOINT_WRITE, s.spec.name, culprit, score, peak, b, text))
+    out.extend(_probe_failures(ctx))
+    for s, peak, b in volume:
+        ratio = peak / max(b, 1.0)
+        score = 0.85 + 0.1 * min(1.0, math.log10(max(ratio / st.burst_factor, 1.0)) / 2.0)
+        culprit = path_culprit(s)
+        text = f"write burst on {_where(culprit)}: {peak / 1e6:,.0f} MB/s ({_times(peak, b)})"
+        req = requests(s.labels[0])
+        if req.known and not req.large(st):
+            # A lot of small writes is no checkpoint's large sequential
+            # buffers: volume alone, too weak to shorten the wait for
+            # min_duration.
+            score = min(score, 0.6)
+        text += f"; {req.text()}"
+        out.append(Evidence(Cause.CHECKPOINT_WRITE, s.spec.name, culprit, score, peak, b, text))
     for s, level, _ in _checkpoint_levels(ctx, sig.ST_WRITE_BURST):
         if level >= 0.5:
             culprit = path_culprit(s)
@@ -820,6 +967,46 @@ def score_storage(ctx: ScoreContext) -> list[Evidence]:
                 )
             )
     return out
+
+
+def _probe_failures(ctx: ScoreContext) -> list[Evidence]:
+    """Storage probes that failed (timed out, no space...) around the onset."""
+    out: list[Evidence] = []
+    for s in ctx.store.family(sig.ST_PROBE_FAIL):
+        on, _ = ctx.windows(s)
+        events = _new_events(s, ctx, on)
+        if events > 0:
+            path, reason = s.labels[0], s.labels[1] if len(s.labels) > 1 else "other"
+            culprit = Culprit(f"storage:{path}", "storage_path", (("path", path),))
+            out.append(
+                Evidence(
+                    Cause.STORAGE_LATENCY,
+                    s.spec.name,
+                    culprit,
+                    0.9,
+                    events,
+                    0.0,
+                    f"storage probe failed ({reason}) on {_where(culprit)}",
+                )
+            )
+    return out
+
+
+def _latency_vs_requests(
+    st: EngineSettings, scored: tuple[float, str], ratio: float, req: _Requests, *, burst: bool
+) -> tuple[float, str]:
+    """Write-latency evidence weighed against the request size and volume.
+
+    A write burst in large requests (a checkpoint) makes each write take
+    longer in proportion to its size: only latency beyond that, by
+    ``storage_latency_ratio``, is slow storage; less is the checkpoint's
+    own, secondary evidence (below ``min_evidence``) that cannot turn it
+    into ``storage_latency``.
+    """
+    score, text = scored
+    if burst and req.large(st) and ratio < st.storage_latency_ratio * max(req.ratio, 1.0):
+        return 0.45, f"{text}; explained by the write burst's larger requests ({req.text()})"
+    return score, f"{text}; {req.text()}"
 
 
 def _checkpoint_levels(ctx: ScoreContext, family: str) -> Iterator[tuple[Series, float, float]]:
@@ -871,15 +1058,28 @@ def _first_seen(ctx: ScoreContext, e: Evidence) -> float | None:
     s = ctx.store.get(e.family, key)
     if s is None:
         return None
-    on, _ = ctx.windows(s)
+    start = ctx.onset - ctx.settings.onset_lead
+    if ctx.slowdown:
+        # A slowdown is dated late and its window slides with it: evidence
+        # shows from where it began holding, before the window when it held
+        # from there on without a break (a storm starting inside shows later).
+        on = window(s, ctx.onset - ctx.settings.baseline_window, ctx.now)
+    else:
+        on, _ = ctx.windows(s)
+        start = -math.inf
     if e.family in _EVENT_FAMILIES:
-        return next((t for t, v in zip(on.times, on.values, strict=True) if v > 0), None)
+        return next(
+            (t for t, v in zip(on.times, on.values, strict=True) if v > 0 and t >= start), None
+        )
     mid = (e.value + e.baseline) / 2.0
     up = e.value >= e.baseline
-    for t, v in zip(on.times, on.values, strict=True):
-        if (v >= mid) if up else (v <= mid):
-            return t
-    return None
+    hit = [(v >= mid) if up else (v <= mid) for v in on.values]
+    first = next((i for i, t in enumerate(on.times) if t >= start and hit[i]), None)
+    if first is None:
+        return None
+    while first > 0 and hit[first - 1]:
+        first -= 1
+    return on.times[first]
 
 
 def collect(ctx: ScoreContext, job_gpus: Sequence[str]) -> list[Evidence]:

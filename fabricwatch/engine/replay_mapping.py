@@ -67,6 +67,11 @@ MAPPING_TABLE: tuple[tuple[str, str, str], ...] = (
     ),
     ("DCGM_FI_PROF_SM_ACTIVE{gpu}", sig.GPU_SM, "ratio as is"),
     ("DCGM_FI_DEV_POWER_USAGE{gpu}", sig.GPU_POWER, "watts"),
+    (
+        "DCGM_FI_DEV_POWER_USAGE{gpu,UUID,modelName,pci_bus_id}",
+        sig.GPU_INFO,
+        "1 once a minute: the model is the device class (its power limit where none is mapped)",
+    ),
     ("DCGM_FI_DEV_POWER_MGMT_LIMIT{gpu}", sig.GPU_POWER_LIMIT, "watts"),
     ("DCGM_FI_DEV_FB_USED{gpu}", sig.GPU_MEM, "MiB x 1048576"),
     (
@@ -150,6 +155,11 @@ MAPPING_TABLE: tuple[tuple[str, str, str], ...] = (
         "delta time / delta writes = average write latency, path=device (same filter)",
     ),
     (
+        "node_disk_writes_completed_total{device}",
+        sig.ST_WRITE_OPS,
+        "count, path=device (same filter); bytes / writes is the request size",
+    ),
+    (
         "node_mountstats_nfs_total_write_bytes_total{export,protocol,mountaddr}",
         sig.ST_WRITE_BYTES,
         "bytes sent to the NFS server, path=export (an NFS mount: the remote device class)",
@@ -159,6 +169,11 @@ MAPPING_TABLE: tuple[tuple[str, str, str], ...] = (
         "_operations_requests_total{export,...,operation=WRITE}",
         sig.ST_WRITE_LAT,
         "delta execute time / delta WRITE requests, path=export; other operations dropped",
+    ),
+    (
+        "node_mountstats_nfs_operations_requests_total{export,...,operation=WRITE}",
+        sig.ST_WRITE_OPS,
+        "count of WRITE requests, path=export",
     ),
     (
         "node_network_carrier{device}",
@@ -326,6 +341,12 @@ def _dcgm(name: str, labels: dict[str, str]) -> Target | None:
     instance = labels.get("GPU_I_ID", "")
     if instance:
         return Target(family, values, "mig", scale, True, instance, transform)
+    model = labels.get("modelName", "")
+    if family == sig.GPU_POWER and model:
+        # The GPU's identity rides on its power series: the model is its
+        # device class (the power limit where none is exported).
+        ident = (gpu, labels.get("UUID", ""), model, labels.get("pci_bus_id", ""))
+        return Target(family, ident, "power_info", scale, True)
     return Target(family, values, transform, scale, True)
 
 
@@ -486,6 +507,7 @@ class Mapper:
         self._state: dict[tuple[str, tuple[str, ...], str], float] = {}
         self._last_ts: dict[tuple[str, tuple[str, ...], str], float] = {}
         self._disk: dict[tuple[str, str], dict[float, float]] = {}
+        self._info_ts: dict[str, float] = {}
         self._mig: dict[tuple[str, Target], dict[str, list[tuple[float, float]]]] = {}
         self._wait: dict[tuple[str, ...], list[tuple[float, float]]] = {}
         self._rates: dict[tuple[str, ...], list[tuple[float, float]]] = {}
@@ -544,10 +566,19 @@ class Mapper:
                 out.append((ts, target.family, target.labels, min(1.0, rate.per_second / 1e6)))
         elif tr == "last_xid":
             self._xid(target, ts, value)
+        elif tr == "power_info":
+            gpu = target.labels[0]
+            out.append((ts, target.family, (gpu,), value * target.scale))
+            # Once a minute: a series expires when not refreshed for minutes.
+            if ts - self._info_ts.get(gpu, -math.inf) >= 60.0:
+                self._info_ts[gpu] = ts
+                out.append((ts, sig.GPU_INFO, target.labels, 1.0))
         elif tr in ("disk_time", "disk_ops"):
             # Raw totals: the latency needs both counters' deltas over the
             # very same interval (finish()), which smoothed rates are not.
             self._disk.setdefault((tr, target.labels[0]), {})[ts] = value
+            if tr == "disk_ops":  # the count itself: bytes / writes is the request size
+                out.append((ts, sig.ST_WRITE_OPS, target.labels, value))
         else:
             self._apply_more(target, source, ts, value)
 

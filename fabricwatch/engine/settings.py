@@ -201,6 +201,19 @@ class EngineSettings:
     burst_min_bytes: float = option(
         50e6, "Write throughput (bytes/s) below this is never a burst.", min=0.0, size=True
     )
+    storage_large_request_bytes: float = option(
+        256 * 1024,
+        "Bytes per write request from which writes are a bulk writer's (a checkpoint's "
+        "sequential buffers, merged to ~1 MiB), whatever the path's usual request size.",
+        min=1.0,
+        size=True,
+    )
+    storage_request_ratio: float = option(
+        4.0,
+        "Bytes per write request this many times the path's usual request size are a bulk "
+        "writer's (a checkpoint) too.",
+        min=1.0,
+    )
     cost_per_gpu_hour: float = option(
         0.0, "Money per GPU-hour; > 0 exports fabricwatch_stall_cost_total.", min=0.0
     )

@@ -61,6 +61,7 @@ ST_PROBE_FAIL = fam.ST_PROBE_FAIL.name
 ST_WRITE_LAT = fam.ST_WRITE_LAT.name
 ST_WRITE_BYTES = fam.ST_WRITE_BYTES.name
 ST_WRITE_BURST = fam.ST_WRITE_BURST.name
+ST_WRITE_OPS = fam.ST_WRITE_OPS.name
 
 SIGNAL_SPECS: Mapping[str, MetricSpec] = {s.name: s for s in fam.SIGNALS}
 """Every family of ``docs/signals.md``, by name."""
@@ -74,7 +75,14 @@ FAMILY_GROUPS: Mapping[str, tuple[str, ...]] = {
     # Byte counters: one GPU's traffic collapsing while its peers' does not.
     "nvlink": (NVLINK_UP, NVLINK_ERRORS, NVLINK_TX, NVLINK_RX),
     "xid": (GPU_XID, GPU_HEALTHY),
-    "storage": (ST_WRITE_LAT, ST_WRITE_BYTES, ST_PROBE_LAST, ST_PROBE_FAIL, ST_WRITE_BURST),
+    "storage": (
+        ST_WRITE_LAT,
+        ST_WRITE_BYTES,
+        ST_WRITE_OPS,
+        ST_PROBE_LAST,
+        ST_PROBE_FAIL,
+        ST_WRITE_BURST,
+    ),
 }
 """Evidence families; an absent group lowers confidence and is named in the incident."""
 
@@ -83,12 +91,48 @@ SPEED_FAMILIES: frozenset[str] = frozenset({SW_SPEED, NIC_RATE})
 (speed / (65535 x 512) frames/s hold a priority paused). Replay keeps them."""
 
 ENGINE_FAMILIES: frozenset[str] = frozenset(
-    {GPU_POWER_LIMIT, GPU_MEM, GPU_PROCS, GPU_JOB}.union(*FAMILY_GROUPS.values(), SPEED_FAMILIES)
+    {GPU_POWER_LIMIT, GPU_INFO, GPU_MEM, GPU_PROCS, GPU_JOB}.union(
+        *FAMILY_GROUPS.values(), SPEED_FAMILIES
+    )
 )
 """Every family the engine reads (tested against what it actually touches).
 Replay stores only these: byte counters of NICs and switch ports are many of a
 node's samples and no scorer reads them. NVLink byte counters are read (the
 throughput-collapse scorer), at up to 18 links x 2 directions per GPU."""
+
+
+# Board power (W) of datacenter GPUs by their NVML / dcgm-exporter model name,
+# most specific first: the device class's power limit where none is exported
+# (dcgm-exporter's default fields have no DCGM_FI_DEV_POWER_MGMT_LIMIT).
+_BOARD_POWER: tuple[tuple[tuple[str, ...], float], ...] = (
+    (("H100", "PCIE"), 350.0),
+    (("H100", "NVL"), 400.0),
+    (("H200", "NVL"), 600.0),
+    (("H100",), 700.0),
+    (("H200",), 700.0),
+    (("GB200",), 1200.0),
+    (("B200",), 1000.0),
+    (("A100", "PCIE", "40GB"), 250.0),
+    (("A100", "PCIE"), 300.0),
+    (("A100",), 400.0),
+    (("L40S",), 350.0),
+    (("L40",), 300.0),
+    (("V100", "PCIE"), 250.0),
+    (("V100",), 300.0),
+)
+
+
+def board_power(model: str) -> float | None:
+    """The nominal power limit (W) of a GPU model (``NVIDIA H100 80GB HBM3``:
+    700), None for a model not in the table. A real H100 idles near 70 W
+    of it (``gpud_h100x8_nvidia-smi-q``), so idle_power_ratio of this
+    limit holds a hung context's draw, where the observed peak of a job
+    that never reaches its limit would not."""
+    name = model.upper()
+    for parts, watts in _BOARD_POWER:
+        if all(p in name for p in parts):
+            return watts
+    return None
 
 
 @dataclass(frozen=True, slots=True)

@@ -76,6 +76,7 @@ _GPU_FAMILIES = (
     sig.GPU_MEM,
     sig.GPU_HEALTHY,
     sig.GPU_POWER_LIMIT,
+    sig.GPU_INFO,
 )
 # Order of the per-GPU series handles in StallDetector._handles.
 _PROCS, _MEM, _HEALTHY, _SM, _POWER, _UTIL, _LIMIT = range(7)
@@ -106,6 +107,8 @@ class StallDetector:
         # idle_power_ratio of its reference; not "no job": a GPU's job gate
         # may not be known yet while it works).
         self._idle_draw = math.inf
+        # Power limits of the GPUs' device class (by model), where none is exported.
+        self._board: dict[str, float] = {}
 
     def _refresh(self, store: SnapshotStore) -> None:
         """(Re)build the GPU list and series handles when the families changed."""
@@ -116,6 +119,8 @@ class StallDetector:
         if len(current) == len(seen) and all(map(is_, current, seen)):
             return
         self._seen = tuple(current)
+        board = ((i.labels[0], sig.board_power(i.labels[2])) for i in store.family(sig.GPU_INFO))
+        self._board = {gpu: w for gpu, w in board if w}
         names: set[str] = set()
         for fam in (sig.GPU_SM, sig.GPU_POWER, sig.GPU_UTIL, sig.GPU_PROCS):
             for series in store.family(fam):
@@ -214,6 +219,10 @@ class StallDetector:
             if work < s.idle_power_ratio:
                 self._idle_draw = min(self._idle_draw, power.value)
             threshold = self._power_threshold(ref)
+            if ref == st.peak_power and st.gpu in self._board:
+                # No limit: idle_power_ratio of the device class's board power
+                # is idle too (what the limit gives live), on the peak's scale.
+                threshold = max(threshold, s.idle_power_ratio * self._board[st.gpu] / ref)
             ts, signal = power.updated, "power"
         elif util is not None and now - util.updated <= age:
             work, threshold, ts, signal = util.value, s.idle_util_ratio, util.updated, "utilization"

@@ -46,6 +46,8 @@ DEVICE_CLASSES = {
     "sata": ("sdc", (4e-3, 15e-3)),
 }
 SPEEDS_GBIT = (25, 100, 200, 400)
+BULK_REQUEST_BYTES = float(1 << 20)
+"""Bytes per write request of a bulk write (a checkpoint, a background burst)."""
 T0 = 1_000_000_000.0
 """Timestamp of the trace start."""
 
@@ -361,7 +363,9 @@ def generate(plan: Plan, write: Callable[[str], object]) -> Plan:
                 wbytes[k] = max(wbytes[k], node.wbytes0 * 30)
         big = wbytes[k] > node.wbytes0 * 5
         wlat[k] = wlat[k] * node.lat0 * (0.7 + 0.6 * r.random())
-        wops[k] = wbytes[k] / (node.req0 * (8 if big else 1))
+        # Checkpoints (and other bulk writers) write large sequential buffers
+        # the block layer merges to max_sectors_kb, ~1 MiB; the rest are small.
+        wops[k] = wbytes[k] / (BULK_REQUEST_BYTES if big else node.req0)
     for ev in events:
         if math.isinf(ev.onset):
             continue

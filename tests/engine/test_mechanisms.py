@@ -484,3 +484,273 @@ def test_a_hang_at_a_quarter_of_the_observed_peak_power_is_a_stall() -> None:
     assert [(i.kind, i.cause, i.culprit.key, i.gpus) for i in incs] == [
         ("stall", "gpu_fault", "gpu:2", ("0", "1", "2", "3"))
     ], [i.summary for i in incs]
+
+
+# 3. Relative scales, second half: checkpoint or slow storage by volume and request size
+
+
+def _disk_text(
+    *,
+    rate: Callable[[int], float],
+    size: Callable[[int], float],
+    latency: Callable[[int], float],
+    duration: int = 1200,
+    device: str = "sdb",
+    with_count: bool = True,
+) -> list[Sample]:
+    """node_exporter diskstats series of one disk at 1 s: written bytes, writes
+    completed (request size = bytes / writes), write time; mapped by replay."""
+    lines = []
+    written = ops = busy = 0.0
+    for k in range(1, duration + 1):
+        n = rate(k) / size(k)
+        written += rate(k)
+        ops += n
+        busy += n * latency(k)
+        ts = T0 + k + 0.3
+        lab = f'{{device="{device}"}}'
+        lines.append(f"node_disk_written_bytes_total{lab} {written:.0f} {ts}")
+        lines.append(f"node_disk_write_time_seconds_total{lab} {busy:.6f} {ts}")
+        if with_count:
+            lines.append(f"node_disk_writes_completed_total{lab} {ops:.0f} {ts}")
+    return from_text("\n".join(lines) + "\n")
+
+
+def _with_gpus(disk: list[Sample], stall: tuple[float, float]) -> list[Sample]:
+    return sorted([*node(1.0, 1200, stall), *disk], key=lambda s: s[0])
+
+
+def _during(lo: int, hi: int, inside: float, outside: float) -> Callable[[int], float]:
+    return lambda k: inside if lo <= k < hi else outside
+
+
+def test_writes_completed_map_to_the_write_request_family() -> None:
+    disk = _disk_text(
+        rate=_during(0, 0, 0, 4e6), size=_during(0, 0, 0, 32768), latency=_during(0, 0, 0, 0.003)
+    )
+    ops = [v for _, fam, labels, v in disk if fam == sig.ST_WRITE_OPS and labels == ("sdb",)]
+    assert len(ops) == 1200
+    assert ops[-1] - ops[0] == round(1199 * 4e6 / 32768)
+
+
+def _storage_stall(
+    rate: tuple[float, float], size: tuple[float, float], latency: tuple[float, float]
+) -> Incident:
+    """The one incident of GPUs idle in [1001, 1060) while the disk's write
+    rate, request size and latency are (during, otherwise) [1000, 1060)."""
+    disk = _disk_text(
+        rate=_during(1000, 1060, *rate),
+        size=_during(1000, 1060, *size),
+        latency=_during(1000, 1060, *latency),
+    )
+    incs = replay(_with_gpus(disk, (1001, 1060)))
+    assert len(incs) == 1, [i.summary for i in incs]
+    return incs[0]
+
+
+def test_a_checkpoint_whose_large_writes_take_longer_is_a_checkpoint() -> None:
+    # A SAS disk: 4 MB/s of 32 KiB writes at 3 ms. The checkpoint writes
+    # 600 MB/s in 1 MiB requests; each takes 60 ms (20x the usual latency,
+    # with 32x the usual request size): the checkpoint's own, not slow storage.
+    inc = _storage_stall((600e6, 4e6), (1 << 20, 32768), (0.06, 0.003))
+    assert (inc.cause, inc.culprit.key) == ("checkpoint_write", "storage:sdb"), inc.summary
+    assert "1.0 MiB per write" in inc.summary
+
+
+def test_slow_storage_in_small_writes_during_a_write_burst_is_slow_storage() -> None:
+    # The same disk slowed 40x for its usual small writes, while a burst of
+    # small writes (a log flush, not a checkpoint's sequential buffers) runs.
+    inc = _storage_stall((80e6, 4e6), (32768, 32768), (0.12, 0.003))
+    assert (inc.cause, inc.culprit.key) == ("storage_latency", "storage:sdb"), inc.summary
+    assert "32 KiB per write" in inc.summary
+
+
+def test_without_write_counts_storage_attributes_as_before_and_says_so() -> None:
+    # fabricwatch's own families without the optional write-request counts:
+    # latency and volume decide alone (latency beats volume), and the
+    # evidence names what it could not see.
+    totals: dict[str, float] = {}
+
+    def disk(t: float, out: list[Sample]) -> None:
+        ckpt = 1000 <= t < 1060
+        out.append((T0 + t + 0.3, sig.ST_WRITE_LAT, ("sdb",), 0.06 if ckpt else 0.003))
+        written = counter(totals, "w", 600e6 if ckpt else 4e6, 1.0)
+        out.append((T0 + t + 0.3, sig.ST_WRITE_BYTES, ("sdb",), written))
+
+    incs = replay(node(1.0, 1200, (1001, 1060), extra=disk))
+    assert [(i.cause, i.culprit.key) for i in incs] == [("storage_latency", "storage:sdb")]
+    assert "request size not seen" in incs[0].summary
+
+
+# 8. Concurrent causes on the slowdown path (held-out seeds 31351 and 90014, concurrent)
+
+
+def _ramped_slowdown(spacing: float, *, pfc_from: float) -> list[Sample]:
+    """A congestion slowdown deepening over 2 minutes from t=2000 (SM 0.8 ->
+    0.55, NVLink throughput halved) with heavy ECN marks on mlx5_0 from its
+    start; a pause storm on another port (mlx5_3) from ``pfc_from`` on."""
+    totals: dict[str, float] = {}
+    out: list[Sample] = []
+    k = 1
+    while k * spacing <= 3600:
+        t = k * spacing
+        ts = T0 + t + 0.1
+        slow = 2000 <= t < 2300
+        depth = min(1.0, max(0.0, (t - 2000) / 120)) if slow else 0.0
+        for g in range(8):
+            sm = 0.8 - 0.25 * depth + 0.01 * math.sin(7 * t + g)
+            out.append((ts, sig.GPU_SM, (str(g),), sm))
+            out.append((ts, sig.GPU_MEM, (str(g),), 60e9))
+            out.append((ts, sig.GPU_POWER, (str(g),), 80 + 600 * sm))
+            bw = 60e9 * (1 - 0.5 * depth) * (1 + 0.02 * math.sin(t + g))
+            total = counter(totals, str(g), bw, spacing)
+            out.append((ts, sig.NVLINK_TX, (str(g), "total"), total))
+        ecn = 40_000.0 if slow else 10.0
+        out.append((ts + 0.1, sig.NIC_ECN, ("mlx5_0", "1"), counter(totals, "e", ecn, spacing)))
+        pfc = 0.96 if pfc_from <= t < 2300 else 0.001
+        out.append((ts + 0.1, sig.NIC_PFC_RATIO, ("mlx5_3", "1", "3", "rx"), pfc))
+        k += 1
+    return sorted(out, key=lambda s: s[0])
+
+
+def test_a_storm_starting_inside_a_gradual_slowdown_does_not_replace_its_cause() -> None:
+    # A gradual slowdown is dated when it became deep enough to see, after
+    # its congestion began; a pause storm that starts inside it, before that
+    # date, is still the second cause: what showed first caused it.
+    for spacing in (1.0, 5.0, 15.0):
+        trs = run_replay(_ramped_slowdown(spacing, pfc_from=2030)).transitions
+        assert {(tr.incident.kind, tr.incident.cause) for tr in trs} == {
+            ("slowdown", "ecn_congestion")
+        }, (spacing, [tr.incident.summary for tr in trs])
+        storm = [e for e in trs[-1].incident.evidence if e.cause == "pfc_storm"]
+        assert storm and storm[0].text.startswith("after the onset"), storm
+
+
+# 2. The fault comes long before the stall (held-out seed 31344, two_jobs, 15 s)
+
+
+def test_an_xid_long_before_the_stall_on_a_gpu_lost_since_is_the_cause() -> None:
+    # 15 s samples: GPU 5 reports XID 48 and its SM activity stops at once
+    # (power goes on reading); its job-mates run on for a minute before their
+    # collective hangs, further back than the onset window reaches.
+    def xid(t: float, out: list[Sample]) -> None:
+        out.append((T0 + t + 0.2, sig.GPU_XID, ("5", "48"), 1.0 if t >= 1935 else 0.0))
+
+    samples = [
+        s
+        for s in node(15.0, 3600, (2000, 2300), stalled=range(4, 8), extra=xid)
+        if not (s[1] == sig.GPU_SM and s[2] == ("5",) and s[0] > T0 + 1935)
+    ]
+    incs = replay(samples)
+    assert [(i.cause, i.culprit.key) for i in incs] == [("gpu_fault", "gpu:5")], [
+        i.summary for i in incs
+    ]
+
+
+def test_an_xid_on_a_gpu_that_worked_on_after_it_does_not_explain_a_later_stall() -> None:
+    # The counterpart: the GPU kept computing after its XID (a recovered
+    # error); a hang a minute later has no cause on this node.
+    def xid(t: float, out: list[Sample]) -> None:
+        out.append((T0 + t + 0.2, sig.GPU_XID, ("5", "48"), 1.0 if t >= 1935 else 0.0))
+
+    incs = replay(node(15.0, 3600, (2000, 2300), stalled=range(4, 8), extra=xid))
+    assert [i.cause for i in incs] == ["unknown"], [i.summary for i in incs]
+
+
+# F2: a single-job node whose GPUs are never seen idle (power is the work signal)
+
+
+def _dcgm_power_node(model: str) -> list[Sample]:
+    """dcgm-exporter at 15 s without SM activity or a power limit: 8 GPUs of
+    one job drawing ~490 W (a fast rhythm averaged below the limit); all
+    hang at 140 W (a hung context's kernels) in [1500, 1650)."""
+    lines = []
+    for k in range(1, 241):
+        t = 15.0 * k
+        ts = T0 + t + 0.3
+        for g in range(8):
+            watts = 140.0 if 1500 <= t < 1650 else 490.0 * (1 + 0.05 * math.sin(1.3 * k + g))
+            lab = f'gpu="{g}",UUID="GPU-{g}",modelName="{model}",Hostname="n1"'
+            lines.append(f"DCGM_FI_DEV_POWER_USAGE{{{lab}}} {watts} {ts}")
+            lines.append(f"DCGM_FI_DEV_FB_USED{{{lab}}} 60000 {ts}")
+    return from_text("\n".join(lines) + "\n")
+
+
+def test_a_hang_on_a_node_never_seen_idle_is_a_stall_against_its_board_power() -> None:
+    # No GPU idles, so the node's idle draw is unknown; 140 W is 0.29 of the
+    # observed peak (above idle_power_ratio: "slow"), but 0.2 of an H100
+    # SXM's 700 W board power, its device class named by dcgm's modelName.
+    incs = replay(_dcgm_power_node("NVIDIA H100 80GB HBM3"))
+    assert [(i.kind, i.cause, i.gpus) for i in incs] == [
+        ("stall", "unknown", tuple(str(g) for g in range(8)))
+    ], [i.summary for i in incs]
+
+
+def test_board_power_follows_the_model_name() -> None:
+    assert sig.board_power("NVIDIA H100 80GB HBM3") == 700.0
+    assert sig.board_power("NVIDIA H100 PCIe") == 350.0
+    assert sig.board_power("NVIDIA A100-SXM4-80GB") == 400.0
+    assert sig.board_power("NVIDIA A100-PCIE-40GB") == 250.0
+    assert sig.board_power("NVIDIA GB200") == 1200.0
+    assert sig.board_power("Tesla T4") is None
+
+
+# Noisy sampling: the evidence window's end against scrape jitter (held-out
+# seeds 90035 and 812, noisy, 15 s: unknown where truth pfc_storm)
+
+
+def test_a_storm_stays_the_cause_when_the_observed_spacing_jitters() -> None:
+    # 15 s scrapes whose interval drifts from 15.25 s to 14.75 s (an exporter
+    # clock) while the GPUs wait. The storm shows partly in the first idle
+    # sample, then a stale duplicate reads 0, then it holds: the sample two
+    # scrapes after the onset decides whether it lasted, and must not drop
+    # out of the window when the observed spacing changes by half a second.
+    out: list[Sample] = []
+    t = 0.0
+    while t < 3600:
+        t += 15.25 if t < 2100 else 14.75
+        ts = T0 + t
+        stalled = 2000 <= t < 2300
+        for g in range(8):
+            sm = 0.002 if stalled else 0.8 + 0.01 * math.sin(7 * t + g)
+            out.append((ts, sig.GPU_SM, (str(g),), sm))
+            out.append((ts, sig.GPU_MEM, (str(g),), 60e9))
+        if 2005 <= t < 2020:
+            pause = 0.78  # the first idle sample: the storm began inside it
+        elif 2020 <= t < 2035:
+            pause = 0.0  # a stale duplicate of the duration counter
+        elif 2035 <= t < 2300:
+            pause = 0.97
+        else:
+            pause = 0.001
+        out.append((ts + 0.2, sig.NIC_PFC_RATIO, ("eth1", "1", "3", "rx"), pause))
+    incs = replay(sorted(out, key=lambda s: s[0]))
+    assert [(i.cause, i.culprit.key) for i in incs] == [("pfc_storm", "nic:eth1:1:3")], [
+        i.summary for i in incs
+    ]
+
+
+# 3. over a range: checkpoints of 100-1200 MB/s in 0.5-1 MiB requests whose
+# latency rises 10-40x (with the request size), and slow storage 10-100x in
+# the usual 16-64 KiB requests with 1-20x the usual volume
+
+
+CHECKPOINTS = [
+    (rate, req, lat)
+    for rate in (100e6, 400e6, 1200e6)
+    for req, lat in ((1 << 19, 10), (1 << 20, 40))
+]
+SLOW = [(vol, req, lat) for vol in (1, 20) for req, lat in ((16384, 12), (65536, 100))]
+
+
+def test_storage_causes_over_a_range_of_volumes_request_sizes_and_latencies() -> None:
+    wrong = []
+    for rate, req, lat in CHECKPOINTS:
+        inc = _storage_stall((rate, 4e6), (req, 32768), (0.003 * lat, 0.003))
+        if inc.cause != "checkpoint_write":
+            wrong.append(("checkpoint", rate, req, lat, inc.summary))
+    for vol, req, lat in SLOW:
+        inc = _storage_stall((4e6 * vol, 4e6), (req, req), (0.003 * lat, 0.003))
+        if inc.cause != "storage_latency":
+            wrong.append(("slow", vol, req, lat, inc.summary))
+    assert wrong == []

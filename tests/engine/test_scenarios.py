@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from fabricwatch.engine import signals as sig
 from fabricwatch.engine.settings import EngineSettings
 from fabricwatch.testing.sim_scenarios import FAULTS, Injection, Scenario, run_live
 
@@ -195,3 +196,17 @@ def test_min_duration_is_configurable() -> None:
 def test_determinism() -> None:
     sc, _ = one_fault("pfc_storm")
     assert run_live(sc) == run_live(sc)
+
+
+@pytest.mark.parametrize("cause", ["checkpoint_write", "storage_latency"])
+def test_storage_causes_hold_with_and_without_write_counts(cause: str) -> None:
+    # The simulator's slow storage writes 20-150 MB/s (a burst by volume) in
+    # the node's usual small requests, a checkpoint in 1 MiB ones; without
+    # the optional write counts the verdict is the same and says what it
+    # could not see.
+    for off, says in ((frozenset(), "per write"), (frozenset({"write_ops"}), "not seen")):
+        sc, _ = one_fault(cause, variant=1, families_off=off)
+        incidents = run(sc)
+        assert [i.cause for i in incidents] == [cause], (off, [i.summary for i in incidents])
+        texts = [e.text for e in incidents[0].evidence if e.family == sig.ST_WRITE_BYTES]
+        assert texts and all(says in t for t in texts), (off, texts)

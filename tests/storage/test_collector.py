@@ -72,6 +72,13 @@ class Harness:
     def labels(self, name: str) -> set[tuple[str, ...]]:
         return {s.labels for s in self.store.family(name)}
 
+    def requests(self, path: str) -> tuple[float, float]:
+        """(writes/s, bytes per write) of a checkpoint path."""
+        ops = self.rate(fam.ST_WRITE_OPS.name, path)
+        written = self.rate(fam.ST_WRITE_BYTES.name, path)
+        assert ops is not None and written is not None
+        return ops, written / ops
+
 
 @pytest.fixture
 def sysfs(tmp_path: Path) -> Path:
@@ -340,6 +347,45 @@ def test_path_on_block_device_maps_and_reports(
     assert h.value(fam.ST_WRITE_LAT.name, "root") is None
 
 
+def test_path_reports_write_requests_so_request_size_is_known(
+    proc: ProcTree, clock: FakeClock, sysfs: Path
+) -> None:
+    """Writes completed per path: bytes / writes is the request size that
+    tells a checkpoint's large writes from slow storage's small ones."""
+    proc.mountinfo(data("mountinfo.txt"))
+    proc.diskstats(dline(259, 2, "nvme1n1", writes=100, wsect=1000, wms=100))
+    h = Harness(
+        proc, clock, sysfs, paths=[{"name": "ckpt", "path": "/scratch/ckpt/job1", "probe": False}]
+    )
+    h.cycle()
+    assert h.value(fam.ST_WRITE_OPS.name, "ckpt") == 100
+    # 50 writes of 1 MiB each (2048 sectors) in 2 s.
+    proc.diskstats(dline(259, 2, "nvme1n1", writes=150, wsect=1000 + 50 * 2048, wms=600))
+    h.cycle(2.0)
+    assert h.requests("ckpt") == pytest.approx((25, 1 << 20))
+
+
+def test_path_write_requests_survive_a_truncated_diskstats_line(
+    proc: ProcTree, clock: FakeClock, sysfs: Path
+) -> None:
+    proc.mountinfo(data("mountinfo.txt"))
+    good = dline(259, 2, "nvme1n1", writes=100, wsect=1000, wms=100)
+    proc.diskstats(good)
+    h = Harness(
+        proc, clock, sysfs, paths=[{"name": "ckpt", "path": "/scratch/ckpt/job1", "probe": False}]
+    )
+    h.cycle()
+    # Cut mid-line: the device is skipped this cycle (no made-up count).
+    proc.diskstats(good.rsplit(" ", 12)[0] + "\n")
+    out = h.cycle()
+    assert not [r for r in out if r.name == fam.ST_WRITE_OPS.name]
+    proc.diskstats(dline(259, 2, "nvme1n1", writes=140, wsect=1000 + 40 * 8, wms=140))
+    h.cycle()
+    assert h.value(fam.ST_WRITE_OPS.name, "ckpt") == 140
+    rate = h.rate(fam.ST_WRITE_OPS.name, "ckpt")
+    assert rate is not None and rate > 0
+
+
 def test_path_on_partition_is_tracked_but_not_exported_per_device(
     proc: ProcTree, clock: FakeClock, sysfs: Path
 ) -> None:
@@ -417,6 +463,27 @@ def test_nfs_mount_per_op_and_path_latency(proc: ProcTree, clock: FakeClock, sys
     assert h.rate(sc.NFS_RETRANS.name, "/mnt/ckpt4", "WRITE") == pytest.approx(1.5)
     # No COMMIT in the interval: average 0, not a stale value.
     assert h.value(sc.NFS_EXECUTE.name, "/mnt/ckpt4", "COMMIT") == 0.0
+
+
+def test_nfs_path_write_requests_are_its_write_operations(
+    proc: ProcTree, clock: FakeClock, sysfs: Path
+) -> None:
+    proc.mountinfo(data("mountinfo.txt"))
+    proc.diskstats(data("diskstats-6.1.txt"))
+    text = data("mountstats-nfs.txt")
+    proc.mountstats(text)
+    path = [{"name": "ckpt", "path": "/mnt/ckpt4/run", "probe": False}]
+    h = Harness(proc, clock, sysfs, paths=path)
+    h.cycle()
+    text = _bump_nfs(text, V4, "WRITE", d_ops=400, d_rtt=2000, d_exe=8000, d_server_write=100 << 20)
+    proc.mountstats(text)
+    h.cycle(2.0)
+    assert h.requests("ckpt") == pytest.approx((200, 256 << 10))
+    # WRITE left out of nfs_ops: no count at all, rather than a wrong one.
+    h2 = Harness(proc, clock, sysfs, paths=path, nfs_ops=["READ"])
+    h2.cycle()
+    assert h2.labels(fam.ST_WRITE_OPS.name) == set()
+    assert h2.labels(fam.ST_WRITE_BYTES.name) == {("ckpt",)}
 
 
 def test_nfs_remount_is_a_reset_not_a_negative_rate(

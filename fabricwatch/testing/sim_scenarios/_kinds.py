@@ -35,6 +35,8 @@ class Traits:
         st_bytes: usual storage write rate (bytes/s).
         st_lat: usual storage write latency (s).
         probe_lat: usual storage probe latency (s).
+        st_req: usual bytes per write request (small: logs, metrics, page-cache
+            flushes of 16-100 KiB; derived, not drawn, so seeds keep their meaning).
         ecn_base: usual ECN marks/s.
         mem: GPU memory used by the job (bytes).
     """
@@ -53,6 +55,7 @@ class Traits:
     probe_lat: float
     ecn_base: float
     mem: float
+    st_req: float = 64e3
 
     @classmethod
     def draw(
@@ -87,6 +90,7 @@ class Traits:
             probe_lat=probe_lat,
             ecn_base=ecn_base,
             mem=mem,
+            st_req=16e3 * (1.0 + st_bytes / 2e6),
         )
 
 
@@ -106,6 +110,7 @@ class Second:
         st_bytes: storage bytes/s written.
         st_lat: storage write latency (s).
         probe_lat: storage probe latency (s).
+        st_req: bytes per write request (0: the node's usual ``Traits.st_req``).
         act: multiplier on every GPU's work (0 = stalled).
         net: multiplier on the job's RDMA traffic.
         in_job: a job runs (processes, memory, job label).
@@ -154,6 +159,7 @@ class Second:
     reset: bool = False
     straggler: tuple[Injection, float] | None = None
     jobs_started: int = 0
+    st_req: float = 0.0
 
     @classmethod
     def healthy(cls, r: random.Random, traits: Traits) -> Second:
@@ -291,6 +297,11 @@ def _gpu_culprits(inj: Injection, n: NodeSpec) -> tuple[str, ...]:
     return (f"gpu:{_gpu(inj, n)}",)
 
 
+CHECKPOINT_REQUEST_BYTES = float(1 << 20)
+"""A checkpoint's writes: large sequential buffers the block layer merges up to
+``max_sectors_kb`` (NFS: ``wsize``), 1 MiB on most devices."""
+
+
 def _checkpoint_write(s: Second, inj: Injection, t: float, r: random.Random, tr: Traits) -> None:
     """The GPUs wait (at the profile's work level) while the node writes fast."""
     level = inj.level(t)
@@ -301,6 +312,7 @@ def _checkpoint_write(s: Second, inj: Injection, t: float, r: random.Random, tr:
         rate = inj.write_rate or 0.3e9 + 2.7e9 * inj.magnitude
         s.st_bytes = rate * (0.8 + 0.4 * r.random())
         s.st_lat = tr.st_lat * (1.5 + 2.5 * r.random())
+        s.st_req = CHECKPOINT_REQUEST_BYTES  # large sequential writes, merged
         if "burst" not in tr.off:
             s.burst = 1.0
 

@@ -36,7 +36,8 @@ class Scenario:
         switch_refresh: switch counters change every this many seconds.
         families_off: groups a node lacks: ``switch``, ``congestion``,
             ``nvlink``, ``sm`` (no GPM), ``probe`` (no storage probe),
-            ``burst`` (no storage write-burst gauge).
+            ``burst`` (no storage write-burst gauge), ``write_ops`` (no
+            storage write-request counts).
         switch_stale: > 0: each poll the switch port's counters are not
             refreshed with this probability (a zero delta; replaces the
             every-``switch_refresh`` rule).
@@ -273,7 +274,15 @@ class _Sim:
         rs: list[Reading] = []
         ts = self._ts(k, "storage")
         pk = (n.path,)
+        shown = len(rs)
         self._count(rs, sig.ST_WRITE_BYTES, pk, s.st_bytes, ts=ts, miss=miss)
+        if "write_ops" not in off:
+            # Same poll as the bytes (one diskstats line), no draw of its own.
+            okey = (sig.ST_WRITE_OPS, pk)
+            ops = self.counters.get(okey, 0.0) + s.st_bytes / (s.st_req or self.traits.st_req)
+            self.counters[okey] = ops
+            if len(rs) > shown:
+                rs.append(Reading(sig.ST_WRITE_OPS, pk, float(round(ops)), ts=ts))
         if r.random() >= miss:
             rs.append(Reading(sig.ST_WRITE_LAT, pk, s.st_lat, ts=ts))
         if "burst" not in off and r.random() >= miss:
