@@ -585,6 +585,19 @@ def print_alarms(jobs: list[tuple[int, float, str, float]], outcomes: list[Outco
                 print(
                     f"  wrong {where}: {f.cause} (opened {f.cause_at_open}), truth {near[0].cause}"
                 )
+        for t in o.truth:
+            found = [
+                f
+                for f in o.engine
+                if f.onset <= t.end + 2 * sp
+                and f.end >= t.onset - sp
+                and (not f.gpus or set(f.gpus) & set(t.gpus))
+            ]
+            if t.end - t.onset >= 3 * sp and not found:
+                print(
+                    f"  missed seed {seed} {o.variant} {sp:g} s t={t.onset - tg.T0:.1f}: "
+                    f"{t.cause} {t.kind} for {t.end - t.onset:.1f} s on GPUs {t.gpus}"
+                )
 
 
 def main() -> None:
