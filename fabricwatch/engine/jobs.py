@@ -15,8 +15,12 @@ from fabricwatch.engine import signals as sig
 from fabricwatch.store import SnapshotStore
 
 _MIN_POINTS = 8
-_MIN_SWING = 0.1  # relative standard deviation below which a series says nothing
+_MIN_SWING = 0.1  # relative standard deviation at or above which a series oscillates clearly
 _SAME_JOB = 0.3  # correlation at or above which two GPUs move together
+# Correlation with another GPU at or above which a GPU's swings are its job's
+# rhythm however small they are (power as the work signal of a fast rhythm,
+# averaged over each sample, moves a few per cent); noise is shared with no one.
+_SHARED = 0.6
 
 
 def _pearson(a: Sequence[float], b: Sequence[float]) -> float:
@@ -35,11 +39,13 @@ def coactive_groups(
 ) -> Mapping[str, frozenset[str]]:
     """Each GPU's job-mates (itself included), from co-activity in [lo, hi].
 
-    Two GPUs are apart only when both oscillate clearly (relative standard
-    deviation >= 10 %) over >= 8 shared sample times and their work signals
-    are uncorrelated (r < 0.3); anything less informative keeps them
-    together (one job per node is the usual case, and at 15-30 s averaging
-    the rhythm is gone).
+    Two GPUs are apart only when both show a rhythm over >= 8 shared sample
+    times (they oscillate clearly, relative standard deviation >= 10 %, or
+    move with some other GPU, r >= 0.6) and their work signals are
+    uncorrelated (r < 0.3); anything less informative keeps them together
+    (one job per node is the usual case, and at 15-30 s averaging the rhythm
+    is mostly gone). A GPU without a rhythm of its own never joins two
+    rhythmic jobs into one: it goes with the job it moves with most.
     """
     series: dict[str, dict[float, float]] = {}
     for g in gpus:
@@ -50,6 +56,29 @@ def coactive_groups(
             w = sig.window(s, lo, hi)
             series[g] = dict(zip(w.times, w.values, strict=True))
             break
+    corr: dict[tuple[str, str], float] = {}
+    clear: set[str] = set()
+    for i, a in enumerate(gpus):
+        for b in gpus[i + 1 :]:
+            sa, sb = series.get(a, {}), series.get(b, {})
+            common = sorted(sa.keys() & sb.keys())
+            if len(common) < _MIN_POINTS:
+                continue
+            va = [sa[t] for t in common]
+            vb = [sb[t] for t in common]
+            r = _pearson(va, vb)
+            if math.isnan(r):
+                continue
+            corr[a, b] = corr[b, a] = r
+            if _swing(va) >= _MIN_SWING:
+                clear.add(a)
+            if _swing(vb) >= _MIN_SWING:
+                clear.add(b)
+    rhythmic = [
+        g
+        for g in gpus
+        if g in clear or any(corr.get((g, h), 0.0) >= _SHARED for h in gpus if h != g)
+    ]
     parent = {g: g for g in gpus}
 
     def root(g: str) -> str:
@@ -58,22 +87,28 @@ def coactive_groups(
             g = parent[g]
         return g
 
-    for i, a in enumerate(gpus):
-        for b in gpus[i + 1 :]:
-            if root(a) == root(b):
-                continue
-            sa, sb = series.get(a, {}), series.get(b, {})
-            common = sorted(sa.keys() & sb.keys())
-            together = True
-            if len(common) >= _MIN_POINTS:
-                va = [sa[t] for t in common]
-                vb = [sb[t] for t in common]
-                swing = min(_swing(va), _swing(vb))
-                r = _pearson(va, vb)
-                if swing >= _MIN_SWING and not math.isnan(r) and r < _SAME_JOB:
-                    together = False
-            if together:
+    for i, a in enumerate(rhythmic):
+        for b in rhythmic[i + 1 :]:
+            if root(a) != root(b) and corr.get((a, b), 1.0) >= _SAME_JOB:
                 parent[root(a)] = root(b)
+    jobs = sorted({root(g) for g in rhythmic})
+    for g in gpus:
+        if g in rhythmic:
+            continue
+        if len(jobs) <= 1:
+            if jobs:
+                parent[g] = jobs[0]
+            continue
+        # Mean correlation with each job's GPUs (unknown pairs count as 0).
+        score = {
+            j: sum(corr.get((g, h), 0.0) for h in rhythmic if root(h) == j)
+            / sum(1 for h in rhythmic if root(h) == j)
+            for j in jobs
+        }
+        parent[g] = max(jobs, key=lambda j: score[j])
+    if not rhythmic:
+        for g in gpus[1:]:
+            parent[g] = gpus[0]
     groups: dict[str, set[str]] = {}
     for g in gpus:
         groups.setdefault(root(g), set()).add(g)
