@@ -714,6 +714,9 @@ class Engine:
                     attr.cause != inc.cause
                     or attr.culprit.key != inc.culprit.key
                     or abs(attr.confidence - inc.confidence) >= 0.1
+                    # A second fault that began inside the episode: listed
+                    # as secondary evidence, with its own time, once seen.
+                    or {e.cause for e in attr.evidence} - {e.cause for e in inc.evidence}
                 )
             ):
                 changed = True
