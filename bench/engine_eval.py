@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import json
 import math
 import os
 import random
@@ -52,6 +53,7 @@ import statistics
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from fabricwatch.engine import signals as sig
 from fabricwatch.engine import tracegen as tg
@@ -568,6 +570,70 @@ def sweep_main(args: argparse.Namespace) -> None:
     print_causes(outcomes)
     if args.alarms:
         print_alarms(jobs, outcomes)
+    if args.results:
+        write_results(args.results, args, outcomes)
+
+
+def _scores(outs: list[Outcome]) -> dict[str, float | int]:
+    t = Tally()
+    for o in outs:
+        t.add(o.truth, o.engine, o.spacing, o.hours)
+    rc, pr, at, cu, fa, lat = t.row()
+    return {
+        "faults": t.truths,
+        "recall": rc,
+        "precision": pr,
+        "attribution": at,
+        "culprit": cu,
+        "false_alarms_per_node_day": fa,
+        "median_latency_samples": lat,
+    }
+
+
+def write_results(path: Path, args: argparse.Namespace, outcomes: list[Outcome]) -> None:
+    """The sweep's scores as JSON (all, per spacing, per variant, per true
+    cause), for ``bench/readme_table.py``."""
+    causes: dict[str, dict[str, float | int]] = {}
+    for cause in sorted({tr.cause for o in outcomes for tr in o.truth}):
+        t = Tally()
+        for o in outcomes:
+            truth = [tr for tr in o.truth if tr.cause == cause]
+            near = [
+                f
+                for f in o.engine
+                if any(
+                    f.onset <= tr.end + 2 * o.spacing and f.end >= tr.onset - o.spacing
+                    for tr in truth
+                )
+            ]
+            t.add(truth, near, o.spacing, 0.0)
+        rc, _, at, cu, _, lat = t.row()
+        causes[cause] = {
+            "faults": t.truths,
+            "recall": rc,
+            "attribution": at,
+            "culprit": cu,
+            "median_latency_samples": lat,
+        }
+    doc = {
+        "seed": args.seed,
+        "plans": args.plans,
+        "hours": args.hours,
+        "node_days": sum(o.hours for o in outcomes) / 24,
+        "all": _scores(outcomes),
+        "spacing": {
+            f"{sp:g}": _scores([o for o in outcomes if o.spacing == sp])
+            for sp in sorted({o.spacing for o in outcomes})
+        },
+        "variant": {
+            v: _scores([o for o in outcomes if o.variant == v])
+            for v in tg.VARIANTS
+            if any(o.variant == v for o in outcomes)
+        },
+        "cause": causes,
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
 
 
 def print_alarms(jobs: list[tuple[int, float, str, float]], outcomes: list[Outcome]) -> None:
@@ -616,6 +682,12 @@ def main() -> None:
     ap.add_argument("--background-node-days", type=float, default=10.0)
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--seed", type=int, default=90_000)
+    ap.add_argument(
+        "--results",
+        type=Path,
+        help="sweep: write the scores here as JSON (bench/readme_table.py reads "
+        "bench/results/engine_eval_*.json)",
+    )
     args = ap.parse_args()
     if args.simulator:
         simulator_main(args)

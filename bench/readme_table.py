@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/daemon_budget.py --results bench/results/daemon_budget.json
     .venv/bin/python bench/replay_throughput.py --results bench/results/replay_throughput.json
+    .venv/bin/python bench/engine_eval.py --seed S --results bench/results/engine_eval_S.json
     .venv/bin/python bench/readme_table.py          # rewrites README.md between the markers
 
 Only the block between ``<!-- bench:begin -->`` and ``<!-- bench:end -->`` is
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -93,6 +95,67 @@ def replay_rows(doc: dict[str, Any]) -> list[str]:
     ]
 
 
+ENGINE_TARGETS = {
+    "recall": (0.97, True),
+    "precision": (0.95, True),
+    "attribution": (0.95, True),
+    "culprit": (0.90, True),
+    "false_alarms_per_node_day": (0.05, False),
+    "median_latency_samples": (2.0, False),
+}
+
+
+def _score(name: str, x: float) -> str:
+    if math.isnan(x):  # nothing of that kind in the sweep
+        return "-"
+    target, higher = ENGINE_TARGETS[name]
+    counted = name in ("false_alarms_per_node_day", "median_latency_samples")
+    text = f"{x:.2f}" if counted else f"{x:.3f}"
+    met = x >= target if higher else x <= target
+    return text if met else f"**{text}**"
+
+
+def engine_table(docs: list[dict[str, Any]]) -> list[str]:
+    """The robustness sweep, one row per seed set, with its worst spacing."""
+    if not docs:
+        return []
+    lines = [
+        "",
+        "Engine robustness sweep (`engine_eval.py`: tracegen traces at "
+        f"{'/'.join(sorted(docs[0]['spacing'], key=float))} s in "
+        f"{len(docs[0]['variant'])} variants, replayed "
+        "through `fabricwatch replay`; one run per seed set; bold: target missed):",
+        "",
+        "| seed | faults | recall | precision | attribution | culprit | false alarms / "
+        "node-day | median latency (samples) | lowest recall (spacing) | worst latency "
+        "(spacing) | lowest recall (true cause) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for d in docs:
+        a = d["all"]
+        sp = d["spacing"]
+        low = min(sp, key=lambda k: sp[k]["recall"])
+        slow = max(sp, key=lambda k: sp[k]["median_latency_samples"])
+        causes = d["cause"]
+        weak = min(causes, key=lambda k: causes[k]["recall"])
+        cells = " | ".join(_score(k, a[k]) for k in ENGINE_TARGETS)
+        lines.append(
+            f"| {d['seed']} | {a['faults']} | {cells} | "
+            f"{_score('recall', sp[low]['recall'])} ({low} s) | "
+            f"{_score('median_latency_samples', sp[slow]['median_latency_samples'])} "
+            f"({slow} s) | {_score('recall', causes[weak]['recall'])} ({weak}) |"
+        )
+    t = ENGINE_TARGETS
+    lines.append("")
+    lines.append(
+        f"Targets: recall >= {t['recall'][0]}, precision >= {t['precision'][0]}, attribution "
+        f">= {t['attribution'][0]}, culprit >= {t['culprit'][0]}, false alarms <= "
+        f"{t['false_alarms_per_node_day'][0]} per node-day, median latency <= "
+        f"{t['median_latency_samples'][0]:g} samples at every spacing."
+    )
+    return lines
+
+
 def render(results: Path) -> str:
     """The generated block."""
     daemon = json.loads((results / "daemon_budget.json").read_text())
@@ -108,6 +171,9 @@ def render(results: Path) -> str:
         "the median above):",
         "",
         *scaling_table(daemon),
+        *engine_table(
+            [json.loads(p.read_text()) for p in sorted(results.glob("engine_eval_*.json"))]
+        ),
         END,
     ]
     return "\n".join(lines)
