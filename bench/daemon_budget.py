@@ -85,6 +85,10 @@ from fabricwatch.testing.sim_gpu import Activity, SimulatedGPUs
 from fabricwatch.testing.sim_nic import NicFixture, mlx5_ethtool_names
 from fabricwatch.testing.sim_snmp import SimAgent, SimPort, SimSwitch
 
+# Appended, not prepended: PYTHONPATH must still choose the fabricwatch under test.
+sys.path.append(str(Path(__file__).resolve().parents[1]))
+from bench._results import add_results_option, write_results
+
 T = TypeVar("T")
 
 BUDGET_CPU = 0.01  # share of one core (DESIGN.md: under 1 %)
@@ -1070,7 +1074,7 @@ def main() -> None:
     ap.add_argument(
         "--json", action="store_true", help="print the headline ratios as one JSON line last"
     )
-    ap.add_argument("--results", type=Path, default=None, help="write every figure here (JSON)")
+    add_results_option(ap)
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--run", default=None, help=argparse.SUPPRESS)
     ap.add_argument(
@@ -1124,8 +1128,7 @@ def main() -> None:
         prof.dump_stats(str(args.profile))
         print()
         pstats.Stats(prof).sort_stats("tottime").print_stats(30)
-    if args.results is not None:
-        args.results.write_text(json.dumps({"design": head, "scaling": table}, indent=1) + "\n")
+    write_results(args.results, {"design": head, "scaling": table})
     if args.json:
         print(
             json.dumps(

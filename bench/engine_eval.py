@@ -45,11 +45,11 @@ from __future__ import annotations
 
 import argparse
 import io
-import json
 import math
 import os
 import random
 import statistics
+import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
@@ -73,6 +73,10 @@ from fabricwatch.testing.sim_scenarios import (
     run_live,
     zhejiang_job_stall,
 )
+
+# Appended, not prepended: PYTHONPATH must still choose the fabricwatch under test.
+sys.path.append(str(Path(__file__).resolve().parents[1]))
+from bench import _results
 
 SLOT = 600
 PER_TIMELINE = 6
@@ -632,8 +636,7 @@ def write_results(path: Path, args: argparse.Namespace, outcomes: list[Outcome])
         },
         "cause": causes,
     }
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+    _results.write_results(path, doc)
 
 
 def print_alarms(jobs: list[tuple[int, float, str, float]], outcomes: list[Outcome]) -> None:

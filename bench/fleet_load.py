@@ -1,6 +1,7 @@
 """Fleet aggregator load: 1,000 simulated nodes against real replicas on a real broker.
 
     .venv/bin/python bench/fleet_load.py [--nodes 1000] [--rounds 2] [--replicas 1,2]
+        [--results FILE]
 
 Everything runs on loopback: a Mosquitto started here, ``fabricwatch fleet``
 replicas as separate processes (each with a signed-webhook sink pointing at an
@@ -70,9 +71,14 @@ from fabricwatch.settings import build
 from fabricwatch.testing.sim_fleet import all_transitions, build_cluster, in_time_order
 from fabricwatch.testing.sim_fleet_live import Page, SimClock, publish_in_time, score, summary
 
+# Appended, not prepended: PYTHONPATH must still choose the fabricwatch under test.
+sys.path.append(str(Path(__file__).resolve().parents[1]))
+from bench._results import add_results_option, write_results
+
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 REPO = Path(__file__).resolve().parent.parent
 PUBLISHERS = 8
+WALL_TARGET_S = 120.0  # the issue: 1,000 nodes in under ~2 minutes
 
 
 def free_port() -> int:
@@ -510,6 +516,72 @@ async def scenario(args: argparse.Namespace, work: Path, broker: int) -> None:
     )
 
 
+async def load_run(
+    args: argparse.Namespace, work: Path, broker: int, rec: Receiver, t_all: float
+) -> dict[str, object]:
+    """The load run: the broker alone, then each replica count; prints and returns
+    the figures (for ``--results``)."""
+    await rec.start()
+    n_events = args.nodes * 2 * args.rounds
+    sample = [
+        (
+            topic(f"n{i:04d}"),
+            payload(node_incident(f"n{i:04d}", f"{i:016x}", "s", "p"), "opened"),
+        )
+        for i in range(n_events)
+    ]
+    ref_rate, ref_lat = await reference(broker, sample)
+    print(f"fleet_load: {args.nodes} nodes, {n_events} node incident events per phase, "
+          f"{os.cpu_count()} CPUs")  # fmt: skip
+    print(f"  reference (broker -> one plain subscriber): {ref_rate:8.0f} events/s, "
+          f"latency median {statistics.median(ref_lat) * 1e3:.2f} ms, "
+          f"p99 {pct(ref_lat, 0.99) * 1e3:.2f} ms")  # fmt: skip
+    phases = []
+    for n in (int(x) for x in args.replicas.split(",")):
+        rate, lat = await run_phase(args, work, broker, n, rec)
+        f = phase_figures(n, rate / ref_rate, lat, ref_lat)
+        phases.append(f)
+        print(
+            f"  aggregator, {n} replica(s): {rate:8.0f} events/s "
+            f"({f['throughput_ratio']:.2f}x the broker alone); publish->page latency "
+            f"median {f['latency_median_ms']:.1f} ms ({f['latency_median_ratio']:.0f}x), "
+            f"p99 {f['latency_p99_ms']:.1f} ms ({f['latency_p99_ratio']:.0f}x), "
+            f"{len(lat)}/{args.storms} storms paged"
+        )
+    wall = time.perf_counter() - t_all
+    print(
+        f"  pages received: {rec.count}; wall time {wall:.0f} s "
+        "(issue: 1,000 nodes, run under ~2 min; DESIGN.md has no fleet budget)"
+    )
+    return {
+        "nodes": args.nodes,
+        "events_per_phase": n_events,
+        "storms": args.storms,
+        "reference_events_per_s": ref_rate,
+        "replicas": phases,
+        "pages": rec.count,
+        "wall_s": wall,
+        "wall_target_s": WALL_TARGET_S,
+        "budget": None,
+    }
+
+
+def phase_figures(
+    replicas: int, ratio: float, lat: list[float], ref_lat: list[float]
+) -> dict[str, float]:
+    """One phase's figures: throughput and publish->page latency against the broker alone."""
+    med, p99 = statistics.median(lat), pct(lat, 0.99)
+    return {
+        "replicas": replicas,
+        "throughput_ratio": ratio,
+        "latency_median_ms": med * 1e3,
+        "latency_median_ratio": med / statistics.median(ref_lat),
+        "latency_p99_ms": p99 * 1e3,
+        "latency_p99_ratio": p99 / pct(ref_lat, 0.99),
+        "storms_paged": len(lat),
+    }
+
+
 async def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--nodes", type=int, default=1000)
@@ -521,7 +593,10 @@ async def main() -> None:
     ap.add_argument("--sim-jobs", type=int, default=4)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--speed", type=float, default=50.0, help="scenario seconds per second")
+    add_results_option(ap)
     args = ap.parse_args()
+    if args.scenario and args.results is not None:
+        ap.error("--results writes the load run's figures: drop it or --scenario")
     if shutil.which("mosquitto") is None:
         print("mosquitto is not installed (Debian package mosquitto)")
         return
@@ -543,35 +618,7 @@ async def main() -> None:
         if args.scenario:
             await scenario(args, work, broker)
             return
-        await rec.start()
-        n_events = args.nodes * 2 * args.rounds
-        sample = [
-            (
-                topic(f"n{i:04d}"),
-                payload(node_incident(f"n{i:04d}", f"{i:016x}", "s", "p"), "opened"),
-            )
-            for i in range(n_events)
-        ]
-        ref_rate, ref_lat = await reference(broker, sample)
-        print(f"fleet_load: {args.nodes} nodes, {n_events} node incident events per phase, "
-              f"{os.cpu_count()} CPUs")  # fmt: skip
-        print(f"  reference (broker -> one plain subscriber): {ref_rate:8.0f} events/s, "
-              f"latency median {statistics.median(ref_lat) * 1e3:.2f} ms, "
-              f"p99 {pct(ref_lat, 0.99) * 1e3:.2f} ms")  # fmt: skip
-        for n in (int(x) for x in args.replicas.split(",")):
-            rate, lat = await run_phase(args, work, broker, n, rec)
-            med, p99 = statistics.median(lat), pct(lat, 0.99)
-            print(
-                f"  aggregator, {n} replica(s): {rate:8.0f} events/s "
-                f"({rate / ref_rate:.2f}x the broker alone); publish->page latency "
-                f"median {med * 1e3:.1f} ms ({med / statistics.median(ref_lat):.0f}x), "
-                f"p99 {p99 * 1e3:.1f} ms ({p99 / pct(ref_lat, 0.99):.0f}x), "
-                f"{len(lat)}/{args.storms} storms paged"
-            )
-        print(
-            f"  pages received: {rec.count}; wall time {time.perf_counter() - t_all:.0f} s "
-            "(issue: 1,000 nodes, run under ~2 min; DESIGN.md has no fleet budget)"
-        )
+        write_results(args.results, await load_run(args, work, broker, rec, t_all))
     finally:
         if rec.runner is not None:
             await rec.runner.cleanup()

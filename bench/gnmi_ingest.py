@@ -19,7 +19,7 @@ update), so the collector's cost is shown as a ratio over bare decoding.
 Budget (DESIGN.md): the whole node daemon under 1 % of one core at 1 s
 polling (with 4 switch uplinks); no gNMI-specific budget exists.
 
-Run: ``.venv/bin/python bench/gnmi_ingest.py [--seconds 10]``
+Run: ``.venv/bin/python bench/gnmi_ingest.py [--seconds 10] [--results FILE]``
 """
 
 from __future__ import annotations
@@ -40,6 +40,11 @@ from fabricwatch.collectors.gnmi._settings import GnmiSettings, GnmiTargetSettin
 from fabricwatch.store import SnapshotStore
 from fabricwatch.testing.sim_gnmi import demo_target
 
+# Appended, not prepended: PYTHONPATH must still choose the fabricwatch under test.
+sys.path.append(str(Path(__file__).resolve().parents[1]))
+from bench._results import add_results_option, write_results
+
+BUDGET_CPU_PER_S = 0.01  # the whole daemon: 1 % of one core
 PORTS = 64
 QUEUES = 8
 
@@ -152,17 +157,17 @@ def _reference(rounds: int) -> float:
     return 1e6 * cpu / (rounds * len(blobs))
 
 
-async def main(seconds: float) -> None:
+async def main(seconds: float, results_file: Path | None) -> None:
     print(f"gNMI ingest, {PORTS} ports x {QUEUES} queues, target in a separate process")
     runs = [
-        ("switch mode, OpenConfig, 1 s SAMPLE", "openconfig", "switch", 1.0),
-        ("switch mode, SONiC JSON, 1 s SAMPLE", "sonic", "switch", 1.0),
-        ("node mode (2 LLDP uplinks), OpenConfig, 1 s", "openconfig", "node", 1.0),
-        ("saturation: OpenConfig, 50 ms SAMPLE", "openconfig", "switch", 0.05),
+        ("switch_openconfig", "switch mode, OpenConfig, 1 s SAMPLE", "openconfig", "switch", 1.0),
+        ("switch_sonic", "switch mode, SONiC JSON, 1 s SAMPLE", "sonic", "switch", 1.0),
+        ("node", "node mode (2 LLDP uplinks), OpenConfig, 1 s", "openconfig", "node", 1.0),
+        ("saturation", "saturation: OpenConfig, 50 ms SAMPLE", "openconfig", "switch", 0.05),
     ]
     ref = _reference(20)
     results = []
-    for label, layout, mode, interval in runs:
+    for _, label, layout, mode, interval in runs:
         r = await _run(layout, mode, interval, seconds)
         results.append((label, r))
     w = max(len(label) for label, _ in results)
@@ -185,12 +190,32 @@ async def main(seconds: float) -> None:
     node = results[2][1]
     print(
         f"budget: whole node daemon < 1.00% of a core at 1 s; gNMI node mode uses "
-        f"{100 * node['cpu_share']:.2f}% ({node['cpu_share'] / 0.01:.2f}x the whole budget)"
+        f"{100 * node['cpu_share']:.2f}% ({node['cpu_share'] / BUDGET_CPU_PER_S:.2f}x the "
+        "whole budget)"
+    )
+    by_run = {
+        key: {**r, "ref_ratio": r["cpu_us_per_notification"] / ref}
+        for (key, *_), (_, r) in zip(runs, results, strict=True)
+    }
+    write_results(
+        results_file,
+        {
+            "seconds": seconds,
+            "ports": PORTS,
+            "queues": QUEUES,
+            "reference_us_per_notification": ref,
+            "runs": by_run,
+            "saturation_notifications_per_cpu_s": sat["notifications_per_s"]
+            / max(sat["cpu_share"], 1e-9),
+            "budget_cpu_share": BUDGET_CPU_PER_S,
+            "budget_ratio": node["cpu_share"] / BUDGET_CPU_PER_S,
+        },
     )
 
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description="gNMI collector ingest benchmark")
     ap.add_argument("--seconds", type=float, default=10.0)
+    add_results_option(ap)
     args = ap.parse_args()
-    asyncio.run(main(args.seconds))
+    asyncio.run(main(args.seconds, args.results))

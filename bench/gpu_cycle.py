@@ -2,7 +2,7 @@
 
 Usage (repository root)::
 
-    .venv/bin/python bench/gpu_cycle.py [--cycles 300]
+    .venv/bin/python bench/gpu_cycle.py [--cycles 300] [--results FILE]
 
 Runs, in one process and back to back (the scenario clock advances 1 s per
 cycle, nothing sleeps):
@@ -39,8 +39,13 @@ from fabricwatch.readings import Reading
 from fabricwatch.store import SnapshotStore
 from fabricwatch.testing.sim_gpu import Activity, ScenarioClock, SimulatedGPUs
 
+# Appended, not prepended: PYTHONPATH must still choose the fabricwatch under test.
+sys.path.append(str(Path(__file__).resolve().parents[1]))
+from bench._results import add_results_option, write_results
+
 REPO = Path(__file__).resolve().parent.parent
 BUDGET_CPU_PER_S = 0.01  # the whole daemon: 1 % of one core
+DESCRIBE = "8 x H100 x 18 NVLinks"
 
 
 async def _run(
@@ -130,15 +135,23 @@ async def _fake_nvml_run(cycles: int) -> tuple[tuple[float, float, int], float] 
     return result, driver.seconds / cycles
 
 
-def _line(name: str, cpu: float, ref: float, n: int) -> None:
+def _line(name: str, cpu: float, ref: float, n: int) -> dict[str, float]:
+    """Print one row; return its figures (for ``--results``)."""
     print(
         f"{name:<34} {cpu * 1e3:8.3f} ms CPU/cycle  x{cpu / ref:6.2f} of ingest  "
         f"{100 * cpu:6.3f} % of a core at 1 s  {cpu / BUDGET_CPU_PER_S:6.1%} of the daemon budget"
         f"  ({n} readings)"
     )
+    return {
+        "cpu_ms_per_cycle": cpu * 1e3,
+        "ingest_ratio": cpu / ref,
+        "cpu_share": cpu,
+        "budget_ratio": cpu / BUDGET_CPU_PER_S,
+        "readings": n,
+    }
 
 
-async def main(cycles: int) -> None:
+async def main(cycles: int, results: Path | None) -> None:
     """Run the three measurements and print them."""
     clock = ScenarioClock()
     sim = SimulatedGPUs("H100", 8, clock)
@@ -146,22 +159,35 @@ async def main(cycles: int) -> None:
     sim_cpu, sim_ingest, n_sim = await _run(sim, clock, cycles)
     fake = await _fake_nvml_run(cycles)
     print()
-    print(f"GPU collector, 8 x H100 x 18 NVLinks, {cycles} cycles at a simulated 1 s interval")
-    _line("reference: store.ingest", sim_ingest, sim_ingest, n_sim)
-    _line("collector, simulated backend", sim_cpu, sim_ingest, n_sim)
+    print(f"GPU collector, {DESCRIBE}, {cycles} cycles at a simulated 1 s interval")
+    rows = {
+        "reference": _line("reference: store.ingest", sim_ingest, sim_ingest, n_sim),
+        "simulated": _line("collector, simulated backend", sim_cpu, sim_ingest, n_sim),
+    }
     if fake is not None:
         (f_cpu, f_ingest, n_fake), driver = fake
-        _line("collector, NVML facade (patched)", f_cpu, f_ingest, n_fake)
-        _line("  of which the fake driver", driver, f_ingest, n_fake)
-        _line("  = facade + collector alone", f_cpu - driver, f_ingest, n_fake)
-        _line("  reference: its store.ingest", f_ingest, f_ingest, n_fake)
+        rows["nvml"] = _line("collector, NVML facade (patched)", f_cpu, f_ingest, n_fake)
+        rows["nvml_driver"] = _line("  of which the fake driver", driver, f_ingest, n_fake)
+        rows["nvml_alone"] = _line("  = facade + collector alone", f_cpu - driver, f_ingest, n_fake)
+        rows["nvml_reference"] = _line("  reference: its store.ingest", f_ingest, f_ingest, n_fake)
     print(
         "budget (DESIGN.md): whole node daemon < 1 % of one core = 10 ms CPU per 1 s tick; "
         "the share above is this collector's, driver time excluded"
+    )
+    write_results(
+        results,
+        {
+            "cycles": cycles,
+            "describe": DESCRIBE,
+            "budget_cpu_share": BUDGET_CPU_PER_S,
+            "rows": rows,
+        },
     )
 
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description="GPU collector cycle CPU cost")
     ap.add_argument("--cycles", type=int, default=300)
-    asyncio.run(main(ap.parse_args().cycles))
+    add_results_option(ap)
+    args = ap.parse_args()
+    asyncio.run(main(args.cycles, args.results))

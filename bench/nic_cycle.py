@@ -1,6 +1,6 @@
 """CPU cost of one NIC collection cycle (8 ports, ~60 sysfs counters each) vs ``cat``.
 
-Run: ``.venv/bin/python bench/nic_cycle.py [cycles]``
+Run: ``.venv/bin/python bench/nic_cycle.py [cycles] [--results FILE]``
 
 Builds a fixture tree of 8 ConnectX RoCE ports (21 ``counters/`` + 29
 ``hw_counters/`` + state/rate files each, congestion counters included) in a
@@ -20,6 +20,7 @@ daemon under 1 % of one core at 1 s polling, for 8 NICs among everything else.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import os
 import resource
@@ -39,7 +40,12 @@ from fabricwatch.settings import build
 from fabricwatch.store import SnapshotStore
 from fabricwatch.testing.sim_nic import NicFixture, mlx5_ethtool_names
 
+# Appended, not prepended: PYTHONPATH must still choose the fabricwatch under test.
+sys.path.append(str(Path(__file__).resolve().parents[1]))
+from bench._results import add_results_option, write_results
+
 PORTS = 8
+BUDGET_CPU_PER_S = 0.01  # the whole daemon: 1 % of one core
 
 
 def build_tree(root: Path) -> tuple[NicFixture, list[str]]:
@@ -78,7 +84,11 @@ def cat_cpu(files: list[str], n: int) -> float:
 
 
 def main() -> None:
-    cycles = int(sys.argv[1]) if len(sys.argv) > 1 else 300
+    ap = argparse.ArgumentParser(description="NIC collector cycle CPU cost vs cat")
+    ap.add_argument("cycles", type=int, nargs="?", default=300)
+    add_results_option(ap)
+    args = ap.parse_args()
+    cycles: int = args.cycles
     with tempfile.TemporaryDirectory(prefix="nicbench-") as tmp:
         fx, files = build_tree(Path(tmp))
         clock = [0.0]
@@ -121,30 +131,56 @@ def main() -> None:
 
         t_cat = cat_cpu(files, max(20, cycles // 5))
         rows = [
-            ("collector (sysfs)", cpu_per_call(tick(plain.collect_sync), cycles)),
-            ("collector + store", cpu_per_call(tick(with_store), cycles)),
-            ("collector + ethtool dumps", cpu_per_call(tick(with_et.collect_sync), cycles)),
-            ("python open/read/close", cpu_per_call(naive, cycles)),
-            ("cat (child user+sys)", t_cat),
+            ("collector", "collector (sysfs)", cpu_per_call(tick(plain.collect_sync), cycles)),
+            ("collector_store", "collector + store", cpu_per_call(tick(with_store), cycles)),
+            (
+                "collector_ethtool",
+                "collector + ethtool dumps",
+                cpu_per_call(tick(with_et.collect_sync), cycles),
+            ),
+            ("python_read", "python open/read/close", cpu_per_call(naive, cycles)),
+            ("cat", "cat (child user+sys)", t_cat),
         ]
         print(f"NIC cycle: {PORTS} ports, {len(files)} sysfs files, {n_readings} readings/cycle")
         print(f"{'what':30} {'ms/cycle':>9} {'x cat':>7} {'% core @1Hz':>12}")
-        for name, t in rows:
+        for _, name, t in rows:
             print(f"{name:30} {t * 1e3:9.3f} {t / t_cat:7.2f} {t * 100:11.3f}%")
         print("budget: whole node daemon < 1 % of one core at 1 s polling (DESIGN.md)")
+    figures: dict[str, object] = {
+        "cycles": cycles,
+        "ports": PORTS,
+        "files": len(files),
+        "readings": n_readings,
+        "budget_cpu_share": BUDGET_CPU_PER_S,
+        "rows": {
+            key: {"cpu_ms_per_cycle": t * 1e3, "cat_ratio": t / t_cat, "cpu_share": t}
+            for key, _, t in rows
+        },
+    }
 
+    ioctl = ethtool_ioctl(cycles)
+    if ioctl is not None:
+        figures["ethtool_ioctl_ratio"] = ioctl
+    write_results(args.results, figures)
+
+
+def ethtool_ioctl(cycles: int) -> float | None:
+    """Our ioctl against the ``ethtool -S`` program on this machine's first
+    interface with driver statistics (``None`` when there is none)."""
     names = sorted(p.name for p in Path("/sys/class/net").iterdir())
     ifname = next((n for n in names if _has_stats(n)), None)
-    if ifname and shutil.which("ethtool"):
-        reader = IoctlEthtool()
-        t_ioctl = cpu_per_call(lambda: reader.stats(ifname), cycles)
-        t_bin = _child_cpu(["ethtool", "-S", ifname], max(20, cycles // 5))
-        print(
-            f"ethtool ioctl on {ifname} ({len(reader.stats(ifname))} stats): "
-            f"{t_ioctl * 1e6:.1f} us vs 'ethtool -S' {t_bin * 1e6:.1f} us "
-            f"(ratio {t_ioctl / t_bin:.3f})"
-        )
-        reader.close()
+    if not ifname or not shutil.which("ethtool"):
+        return None
+    reader = IoctlEthtool()
+    t_ioctl = cpu_per_call(lambda: reader.stats(ifname), cycles)
+    t_bin = _child_cpu(["ethtool", "-S", ifname], max(20, cycles // 5))
+    print(
+        f"ethtool ioctl on {ifname} ({len(reader.stats(ifname))} stats): "
+        f"{t_ioctl * 1e6:.1f} us vs 'ethtool -S' {t_bin * 1e6:.1f} us "
+        f"(ratio {t_ioctl / t_bin:.3f})"
+    )
+    reader.close()
+    return t_ioctl / t_bin
 
 
 def _has_stats(name: str) -> bool:

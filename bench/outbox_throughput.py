@@ -1,6 +1,6 @@
 """Outbox delivery throughput, as ratios against a reference run in the same process.
 
-    .venv/bin/python bench/outbox_throughput.py [--n 1000]
+    .venv/bin/python bench/outbox_throughput.py [--n 1000] [--results FILE]
 
 Webhook: N signed incident events drained from a durable outbox (SQLite WAL,
 synchronous=FULL, one fsync'd commit per delivery) to a loopback aiohttp
@@ -17,6 +17,7 @@ import asyncio
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -34,6 +35,10 @@ from fabricwatch.outputs.sender import OutboxSender
 from fabricwatch.outputs.settings import MqttSettings
 from fabricwatch.outputs.sinks import Route, Router, WebhookSink
 from fabricwatch.outputs.sinks.webhook import decode_secret, signed_headers
+
+# Appended, not prepended: PYTHONPATH must still choose the fabricwatch under test.
+sys.path.append(str(Path(__file__).resolve().parents[1]))
+from bench._results import add_results_option, write_results
 
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 
@@ -97,7 +102,8 @@ async def drain(box: Outbox, sinks: list[WebhookSink] | list[MqttSink]) -> float
     return time.perf_counter() - t0
 
 
-async def bench_webhook(n: int, tmp: Path) -> None:
+async def bench_webhook(n: int, tmp: Path) -> dict[str, float]:
+    """Print the webhook rows; return their rates and ratios to the reference."""
     runner, url, _count = await receiver()
     try:
         box = Outbox.open(tmp / "ref.db")
@@ -131,12 +137,21 @@ async def bench_webhook(n: int, tmp: Path) -> None:
         f"{ref / batched:.2f}x of reference"
     )
     print(f"  enqueue, one fsync'd transaction per transition   {n / enq:9.0f} /s")
+    return {
+        "reference_per_s": n / ref,
+        "batch_1_per_s": n / one,
+        "batch_1_ratio": ref / one,
+        "batch_50_per_s": n / batched,
+        "batch_50_ratio": ref / batched,
+        "enqueue_per_s": n / enq,
+    }
 
 
-async def bench_mqtt(n: int, tmp: Path) -> None:
+async def bench_mqtt(n: int, tmp: Path) -> dict[str, float] | None:
+    """Print the MQTT rows; return their rates and ratio (``None``: no mosquitto)."""
     if shutil.which("mosquitto") is None:
         print("mqtt: skipped (mosquitto not installed)")
-        return
+        return None
     port = free_port()
     conf = tmp / "mosquitto.conf"
     conf.write_text(f"listener {port} 127.0.0.1\nallow_anonymous true\npersistence false\n")
@@ -174,19 +189,23 @@ async def bench_mqtt(n: int, tmp: Path) -> None:
         f"  outbox -> MqttSink (fsync'd commit per message)   {n / took:9.0f} /s   "
         f"{ref / took:.2f}x of reference"
     )
+    return {"reference_per_s": n / ref, "outbox_per_s": n / took, "outbox_ratio": ref / took}
 
 
-async def main(n: int) -> None:
+async def main(n: int, results: Path | None) -> None:
     with tempfile.TemporaryDirectory() as d:
-        await bench_webhook(n, Path(d))
-        await bench_mqtt(n, Path(d))
+        webhook = await bench_webhook(n, Path(d))
+        mqtt = await bench_mqtt(n, Path(d))
     print(
         "budget: DESIGN.md sets none for delivery throughput (pages are rare: a storm is "
         "grouped to a few requests); the steady-state daemon budget is < 1 % of one core."
     )
+    write_results(results, {"n": n, "webhook": webhook, "mqtt": mqtt, "budget": None})
 
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--n", type=int, default=1000)
-    asyncio.run(main(ap.parse_args().n))
+    add_results_option(ap)
+    args = ap.parse_args()
+    asyncio.run(main(args.n, args.results))

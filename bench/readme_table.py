@@ -3,11 +3,13 @@
     .venv/bin/python bench/daemon_budget.py --results bench/results/daemon_budget.json
     .venv/bin/python bench/replay_throughput.py --results bench/results/replay_throughput.json
     .venv/bin/python bench/engine_eval.py --seed S --results bench/results/engine_eval_S.json
+    .venv/bin/python bench/NAME.py --results bench/results/NAME.json   # each of OTHER_BENCHES
     .venv/bin/python bench/readme_table.py          # rewrites README.md between the markers
 
 Only the block between ``<!-- bench:begin -->`` and ``<!-- bench:end -->`` is
 rewritten; every figure in it comes from those JSON files (nothing is typed
-in). ``--check`` exits 1 when the README is not what the files give.
+in), and every file in ``bench/results/`` has its row (an unknown one is an
+error). ``--check`` exits 1 when the README is not what the files give.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import argparse
 import json
 import math
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -156,8 +159,189 @@ def engine_table(docs: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def _share(x: float) -> str:
+    return f"{100 * x:.2f} % of a core"
+
+
+def _of_budget(share: float, budget: float) -> str:
+    """A collector's CPU share as a ratio to the whole daemon's budget."""
+    return f"{_share(share)} ({_ratio(share / budget, share < budget)} of the daemon budget)"
+
+
+Cells = tuple[str, str, str]  # compares, budget, measured
+
+
+def snmp_row(d: dict[str, Any]) -> Cells:
+    """Our SNMP client and the switch-mode poll against snmpbulkwalk."""
+    c, node = d["clients"], d["node_poll"]
+    native = c["native walk"]["ratio"]
+    budget = d["budget_per_varbind"]
+    measured = (
+        f"native {_ratio(native, native <= budget)} per varbind; whole switch-mode poll "
+        f"{c['collector poll, switch mode']['ratio']:.2f}x the walk"
+    )
+    if d.get("exporter_net_ratio") is not None:
+        name = d["exporter_row"].split(" (")[0]
+        measured += f"; `{name}` {d['exporter_net_ratio']:.2f}x net of snmpbulkwalk's fixed cost"
+    measured += (
+        f"; node-mode poll {node['cpu_ms']:.2f} ms, "
+        f"{_ratio(node['budget_ratio'], node['budget_ratio'] < 1)}"
+    )
+    return (
+        f"our walk vs `snmpbulkwalk` on the same agent ({d['varbinds']:,} varbinds, "
+        f"{d['columns']} columns, median of {d['repeats']}); node-mode poll of 4 uplinks",
+        f"<= {budget:g}x per varbind; node-mode poll < {node['budget_ms']:g} ms CPU (bench target)",
+        measured,
+    )
+
+
+def gpu_row(d: dict[str, Any]) -> Cells:
+    """The GPU collector against store.ingest of its readings."""
+    r, budget = d["rows"], d["budget_cpu_share"]
+    sim = r["simulated"]
+    measured = (
+        f"simulated backend {sim['ingest_ratio']:.2f}x, {_of_budget(sim['cpu_share'], budget)}"
+    )
+    if "nvml_alone" in r:
+        a = r["nvml_alone"]
+        measured += (
+            "; NVML facade (pynvml patched, fake driver's time excluded) "
+            f"{a['ingest_ratio']:.2f}x, {_of_budget(a['cpu_share'], budget)}"
+        )
+    return (
+        f"GPU collector, {d['describe']} at 1 s, vs `store.ingest` of its "
+        f"{sim['readings']:,} readings",
+        "share of the daemon's 1 %",
+        measured,
+    )
+
+
+def nic_row(d: dict[str, Any]) -> Cells:
+    """The NIC collector against one cat of the same sysfs files."""
+    r = d["rows"]
+    cs = r["collector_store"]
+    ioctl = d.get("ethtool_ioctl_ratio")
+    return (
+        f"NIC collector, {d['ports']} ports, {d['files']} sysfs files, vs one `cat` of the "
+        "same files",
+        "share of the daemon's 1 %",
+        f"collector {r['collector']['cat_ratio']:.2f}x; with `store.ingest` "
+        f"{cs['cat_ratio']:.2f}x, {_of_budget(cs['cpu_share'], d['budget_cpu_share'])}"
+        + (f"; ethtool ioctl {ioctl:.2f}x `ethtool -S`" if ioctl is not None else ""),
+    )
+
+
+def storage_row(d: dict[str, Any]) -> Cells:
+    """The storage collector against cat; the write probe against dd."""
+    cs = d["rows"]["collector_store"]
+    return (
+        f"storage collector ({d['describe']}) vs one `cat` of the same {d['files']} files; "
+        "the 1 MiB write probe vs `dd conv=fsync`",
+        "share of the daemon's 1 %",
+        f"collector with `store.ingest` {cs['cat_ratio']:.2f}x, "
+        f"{_of_budget(d['cpu_share'], d['budget_cpu_share'])}; probe "
+        f"{d['probe']['dd_ratio']:.2f}x",
+    )
+
+
+def gnmi_row(d: dict[str, Any]) -> Cells:
+    """The gNMI collector against protobuf parsing alone."""
+    node, sw = d["runs"]["node"], d["runs"]["switch_openconfig"]
+    return (
+        f"gNMI collector, {d['ports']} ports x {d['queues']} queues, CPU per notification vs "
+        "protobuf parsing alone",
+        "share of the daemon's 1 % (node mode)",
+        f"node mode {node['ref_ratio']:.1f}x, "
+        f"{_of_budget(node['cpu_share'], d['budget_cpu_share'])}; switch mode "
+        f"{sw['ref_ratio']:.1f}x, {_share(sw['cpu_share'])}; saturation "
+        f"{d['saturation_notifications_per_cpu_s']:,.0f} notifications per CPU-second",
+    )
+
+
+def outbox_row(d: dict[str, Any]) -> Cells:
+    """Alert delivery through the durable outbox against plain clients."""
+    w, m = d["webhook"], d["mqtt"]
+    mqtt = f"; MQTT QoS 1 {m['outbox_ratio']:.2f}x" if m else "; MQTT not run (no mosquitto)"
+    return (
+        f"alert delivery through the outbox vs plain signed POSTs / plain aiomqtt "
+        f"({d['n']:,} events)",
+        "none",
+        f"webhook {w['batch_1_ratio']:.2f}x (one fsync'd commit per delivery), "
+        f"{w['batch_50_ratio']:.2f}x (max_batch 50){mqtt}",
+    )
+
+
+def fleet_row(d: dict[str, Any]) -> Cells:
+    """The fleet aggregator against the broker alone."""
+    reps = d["replicas"]
+    tput = ", ".join(
+        f"{r['throughput_ratio']:.2f}x ({r['replicas']} replica{'s' if r['replicas'] > 1 else ''})"
+        for r in reps
+    )
+    lat = ", ".join(f"{r['latency_median_ratio']:.0f}x" for r in reps)
+    paged = ", ".join(f"{r['storms_paged']}/{d['storms']}" for r in reps)
+    wall, target = d["wall_s"], d["wall_target_s"]
+    return (
+        "fleet aggregator vs the broker alone to one plain subscriber "
+        f"({d['nodes']:,} nodes, {d['events_per_phase']:,} events per phase)",
+        f"none (issue: 1,000 nodes in ~{target / 60:.0f} min)",
+        f"throughput {tput}; publish->page median latency {lat} the broker's; storms paged "
+        f"{paged}; whole run "
+        f"{wall:.0f} s ({_ratio(wall / target, wall < target)} of {target / 60:.0f} min)",
+    )
+
+
+# bench/results/NAME.json -> its row, in the order the table shows them.
+OTHER_BENCHES: dict[str, Callable[[dict[str, Any]], Cells]] = {
+    "snmp_walk": snmp_row,
+    "gpu_cycle": gpu_row,
+    "nic_cycle": nic_row,
+    "storage_cycle": storage_row,
+    "gnmi_ingest": gnmi_row,
+    "outbox_throughput": outbox_row,
+    "fleet_load": fleet_row,
+}
+
+
+def other_table(results: Path) -> list[str]:
+    """One row per bench of OTHER_BENCHES whose results file is there."""
+    rows = [
+        " | ".join(["| `" + name + ".py`", *cells(json.loads(path.read_text()))]) + " |"
+        for name, cells in OTHER_BENCHES.items()
+        if (path := results / f"{name}.json").exists()
+    ]
+    if not rows:
+        return []
+    return [
+        "",
+        "The other benches, one run each (collector CPU as a share of the whole daemon's "
+        "1 % budget; bold: budget not met):",
+        "",
+        "| bench | compares | budget | measured |",
+        "|---|---|---|---|",
+        *rows,
+    ]
+
+
+def _unrendered(results: Path) -> list[str]:
+    """Results files no part of the block renders."""
+    known = {"daemon_budget", "replay_throughput", *OTHER_BENCHES}
+    return sorted(
+        p.name
+        for p in results.glob("*.json")
+        if p.stem not in known and not p.stem.startswith("engine_eval_")
+    )
+
+
 def render(results: Path) -> str:
     """The generated block."""
+    unknown = _unrendered(results)
+    if unknown:
+        msg = (
+            f"{', '.join(unknown)} in {results}: no row renders it; add one to "
+            "bench/readme_table.py or remove the file"
+        )
+        raise ValueError(msg)
     daemon = json.loads((results / "daemon_budget.json").read_text())
     replay = json.loads((results / "replay_throughput.json").read_text())
     lines = [
@@ -174,6 +358,7 @@ def render(results: Path) -> str:
         *engine_table(
             [json.loads(p.read_text()) for p in sorted(results.glob("engine_eval_*.json"))]
         ),
+        *other_table(results),
         END,
     ]
     return "\n".join(lines)

@@ -30,11 +30,11 @@ from __future__ import annotations
 
 import argparse
 import io
-import json
 import math
 import resource
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -48,6 +48,10 @@ from fabricwatch.engine.replay_openmetrics import parse_openmetrics, write_openm
 from fabricwatch.engine.signals import ENGINE_FAMILIES
 from fabricwatch.readings import Reading
 from fabricwatch.testing.sim_scenarios import Injection, Scenario, flatten, run_live
+
+# Appended, not prepended: PYTHONPATH must still choose the fabricwatch under test.
+sys.path.append(str(Path(__file__).resolve().parents[1]))
+from bench._results import add_results_option, write_results
 
 BUDGET = 10.0
 
@@ -109,7 +113,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--hours", type=float, default=2.0)
     ap.add_argument("--jobs", type=int, default=2, help="worker processes for the parallel run")
-    ap.add_argument("--results", type=Path, default=None, help="write the figures here (JSON)")
+    add_results_option(ap)
     args = ap.parse_args()
     duration = int(args.hours * 3600)
     inj = [Injection("pfc_storm", t, 40) for t in range(600, duration - 300, 1800)]
@@ -238,8 +242,7 @@ def main() -> None:
             f"({rate(b_cpu):.2f} node-hours per CPU-second), {b_wall:.2f} s wall; replay is "
             f"{rate(replay_s) / rate(b_cpu):.2f}x its throughput per CPU-second"
         )
-    if args.results is not None:
-        args.results.write_text(json.dumps(figures, indent=1) + "\n")
+    write_results(args.results, figures)
 
 
 if __name__ == "__main__":

@@ -20,11 +20,12 @@ exporter's job. The row is skipped with a note when the binary is absent.
 Budgets (DESIGN.md): full walk within 2x of snmpbulkwalk CPU per varbind;
 a node-mode poll of 4 uplinks under 5 ms CPU.
 
-Run: ``.venv/bin/python bench/snmp_walk.py``
+Run: ``.venv/bin/python bench/snmp_walk.py [--results FILE]``
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import os
 import resource
@@ -38,6 +39,11 @@ import time
 import urllib.request
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
+
+# Appended, not prepended: PYTHONPATH must still choose the fabricwatch under test.
+sys.path.append(str(Path(__file__).resolve().parents[1]))
+from bench._results import add_results_option, write_results
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = REPO / "tests" / "data" / "switch"
@@ -69,6 +75,8 @@ EXPORTER_MODULE = "fabricwatch_bench"
 # /proc/<pid>/stat counts in clock ticks (10 ms): enough scrapes per round
 # that one tick is a few percent of the round's CPU.
 EXPORTER_SCRAPES = 12
+BUDGET_PER_VARBIND = 2.0  # x snmpbulkwalk CPU per varbind (DESIGN.md)
+BUDGET_NODE_POLL_S = 5e-3  # CPU of a node-mode poll of 4 uplinks
 
 
 def _free_udp_port() -> int:
@@ -274,7 +282,7 @@ async def _cpu(fn: Callable[[], Awaitable[int]]) -> tuple[float, int]:
     return time.process_time() - t0, n
 
 
-async def main() -> None:
+async def main(results_file: Path | None) -> None:
     from fabricwatch.collector import CollectorEnv
     from fabricwatch.collectors.switch._ber import parse_oid
     from fabricwatch.collectors.switch._client import NativeV2cSession, PysnmpSession, walk
@@ -419,7 +427,18 @@ async def main() -> None:
                 exporter.stop()
             agent.terminate()
             agent.wait(10)
+    figures = report(results, fixed_cpu, exporter_row, exporter_note)
+    figures["node_poll"] = report_node_poll(node_cpu, node_vbs)
+    write_results(results_file, figures)
 
+
+def report(
+    results: dict[str, list[tuple[float, int]]],
+    fixed_cpu: list[float],
+    exporter_row: str,
+    exporter_note: str,
+) -> dict[str, Any]:
+    """Print the walk table against snmpbulkwalk; return its figures (for ``--results``)."""
     ref_cpu = statistics.median(c for c, _ in results["snmpbulkwalk"])
     ref_n = results["snmpbulkwalk"][0][1]
     ref_per_vb = ref_cpu / ref_n
@@ -432,6 +451,7 @@ async def main() -> None:
         f"{'client':{width}} {'varbinds':>9} {'CPU ms':>8} {'us/varbind':>11} "
         f"{'x snmpbulkwalk':>15}"
     )
+    clients: dict[str, dict[str, float]] = {}
     for name, runs in results.items():
         cpu = statistics.median(c for c, _ in runs)
         n = runs[0][1]
@@ -440,9 +460,11 @@ async def main() -> None:
                 f"{name:{width}} {'-':>9} {cpu * 1e3:8.1f} {'-':>11} {cpu / ref_cpu:15.2f}"
                 "  (whole poll: 9 IF-MIB + PFC + queue columns, readings and rates)"
             )
+            clients[name] = {"varbinds": 0, "cpu_ms": cpu * 1e3, "ratio": cpu / ref_cpu}
             continue
         per = cpu / n
         print(f"{name:{width}} {n:9d} {cpu * 1e3:8.1f} {per * 1e6:11.2f} {per / ref_per_vb:15.2f}")
+        clients[name] = {"varbinds": n, "cpu_ms": cpu * 1e3, "ratio": per / ref_per_vb}
     print(exporter_note)
     fixed = statistics.median(fixed_cpu)
     net_per_vb = (ref_cpu - fixed) / ref_n
@@ -451,20 +473,47 @@ async def main() -> None:
         f"start, MIB load, 1 GETBULK + 1 GET each): {fixed * 1e3:.1f} ms = "
         f"{fixed / ref_cpu:.0%} of its walk CPU; net of it {net_per_vb * 1e6:.2f} us/varbind"
     )
+    exporter_net: float | None = None
     if exporter_row in results and net_per_vb > 0:
         runs = results[exporter_row]
         exp_per_vb = statistics.median(c for c, _ in runs) / runs[0][1]
-        line += f" -> {EXPORTER} {exp_per_vb / net_per_vb:.2f}x of that"
+        exporter_net = exp_per_vb / net_per_vb
+        line += f" -> {EXPORTER} {exporter_net:.2f}x of that"
     print(line)
-    print("budget: full walk within 2.00x of snmpbulkwalk CPU per varbind")
+    print(f"budget: full walk within {BUDGET_PER_VARBIND:.2f}x of snmpbulkwalk CPU per varbind")
+    return {
+        "columns": len(COLUMNS),
+        "repeats": REPEATS,
+        "varbinds": ref_n,
+        "clients": clients,
+        "exporter_row": exporter_row if exporter_row in results else None,
+        "exporter_note": exporter_note,
+        "fixed_share": fixed / ref_cpu,
+        "exporter_net_ratio": exporter_net,
+        "budget_per_varbind": BUDGET_PER_VARBIND,
+    }
+
+
+def report_node_poll(node_cpu: list[float], node_vbs: int) -> dict[str, float]:
+    """Print the node-mode poll against its budget; return its figures."""
     med = statistics.median(node_cpu)
+    p90 = sorted(node_cpu)[int(len(node_cpu) * 0.9)]
     print(
         f"node-mode poll of 4 uplinks ({node_vbs} GET varbinds incl. sysUpTime): "
         f"median {med * 1e3:.2f} ms CPU per poll (p90 "
-        f"{sorted(node_cpu)[int(len(node_cpu) * 0.9)] * 1e3:.2f} ms); "
-        f"budget 5 ms -> {med / 5e-3:.2f}x of budget"
+        f"{p90 * 1e3:.2f} ms); "
+        f"budget {BUDGET_NODE_POLL_S * 1e3:g} ms -> {med / BUDGET_NODE_POLL_S:.2f}x of budget"
     )
+    return {
+        "varbinds": node_vbs,
+        "cpu_ms": med * 1e3,
+        "p90_ms": p90 * 1e3,
+        "budget_ms": BUDGET_NODE_POLL_S * 1e3,
+        "budget_ratio": med / BUDGET_NODE_POLL_S,
+    }
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    add_results_option(ap)
+    asyncio.run(main(ap.parse_args().results))

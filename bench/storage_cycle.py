@@ -1,6 +1,6 @@
 """CPU cost of one storage collection cycle vs ``cat``, and the probe's own overhead.
 
-Run: ``.venv/bin/python bench/storage_cycle.py [cycles]``
+Run: ``.venv/bin/python bench/storage_cycle.py [cycles] [--results FILE]``
 
 Builds a fixture procfs of a GPU node (8 NVMe drives with partitions, an md
 RAID, loop devices; 40 mounts of which 2 are NFS checkpoint targets with the
@@ -20,6 +20,7 @@ with 2 storage paths among everything else.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import resource
 import subprocess
@@ -36,6 +37,13 @@ from fabricwatch.collectors.storage._probe import aligned_buffer, write_probe
 from fabricwatch.settings import build
 from fabricwatch.store import SnapshotStore
 
+# Appended, not prepended: PYTHONPATH must still choose the fabricwatch under test.
+sys.path.append(str(Path(__file__).resolve().parents[1]))
+from bench._results import add_results_option, write_results
+
+BUDGET_CPU_PER_S = 0.01  # the whole daemon: 1 % of one core
+PROBES = 20
+FIXTURE = "25 block devices, 40 mounts, 2 NFS mounts with full per-op tables, 2 paths"
 NFS_OPS_V3 = [
     "NULL",
     "GETATTR",
@@ -216,8 +224,38 @@ def cycle_cost(
     return alone / cycles, with_store / cycles
 
 
+def probe_cost(tmp: str) -> tuple[float, float, float]:
+    """(probe CPU s, probe wall s, ``dd conv=fsync`` child CPU s), each per 1 MiB probe."""
+    buf = aligned_buffer(1 << 20)
+    t0, w0 = cpu(), time.perf_counter()
+    for i in range(PROBES):
+        res = write_probe(Path(tmp), f".p{i}", 1 << 20, buf, direct=False)
+        assert res.reason is None, res.error
+    probe_cpu = (cpu() - t0) / PROBES
+    probe_wall = (time.perf_counter() - w0) / PROBES
+    c0 = child_cpu()
+    for i in range(PROBES):
+        subprocess.run(
+            [
+                "dd",
+                "if=/dev/zero",
+                f"of={tmp}/dd{i}",
+                "bs=1M",
+                "count=1",
+                "conv=fsync",
+                "status=none",
+            ],
+            check=True,
+        )
+    return probe_cpu, probe_wall, (child_cpu() - c0) / PROBES
+
+
 def main() -> None:
-    cycles = int(sys.argv[1]) if len(sys.argv) > 1 else 300
+    ap = argparse.ArgumentParser(description="storage collector cycle CPU cost vs cat")
+    ap.add_argument("cycles", type=int, nargs="?", default=300)
+    add_results_option(ap)
+    args = ap.parse_args()
+    cycles: int = args.cycles
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "proc"
         write_proc(root, 1000)
@@ -241,38 +279,12 @@ def main() -> None:
         real, real_store = cycle_cost(
             Path("/proc"), [{"name": "tmp", "path": tmp, "probe": False}], cycles, rewrite=False
         )
-
-        buf = aligned_buffer(1 << 20)
-        probes = 20
-        t0, w0 = cpu(), time.perf_counter()
-        for i in range(probes):
-            res = write_probe(Path(tmp), f".p{i}", 1 << 20, buf, direct=False)
-            assert res.reason is None, res.error
-        probe_cpu = (cpu() - t0) / probes
-        probe_wall = (time.perf_counter() - w0) / probes
-        c0 = child_cpu()
-        for i in range(probes):
-            subprocess.run(
-                [
-                    "dd",
-                    "if=/dev/zero",
-                    f"of={tmp}/dd{i}",
-                    "bs=1M",
-                    "count=1",
-                    "conv=fsync",
-                    "status=none",
-                ],
-                check=True,
-            )
-        dd = (child_cpu() - c0) / probes
+        probe_cpu, probe_wall, dd = probe_cost(tmp)
 
     def us(x: float) -> str:
         return f"{x * 1e6:9.1f} us"
 
-    print(
-        f"storage collection cycle, {cycles} cycles (fixture: 25 block devices, 40 mounts, "
-        "2 NFS mounts with full per-op tables, 2 paths)"
-    )
+    print(f"storage collection cycle, {cycles} cycles (fixture: {FIXTURE})")
     print(f"  cat (child user+sys)   {us(cat)}   1.00x")
     print(f"  python open/read/close {us(py)}   {py / cat:5.2f}x")
     print(f"  collector              {us(coll)}   {coll / cat:5.2f}x")
@@ -283,7 +295,7 @@ def main() -> None:
         f"  at 1 s polling: {share:.3f} % of one core "
         f"(budget: whole daemon < 1 %; storage uses {share / 1.0 * 100:.1f} % of it)"
     )
-    print(f"probe, 1 MiB write + fsync + unlink, {probes} runs")
+    print(f"probe, 1 MiB write + fsync + unlink, {PROBES} runs")
     print(f"  dd conv=fsync (child)  {us(dd)}   1.00x")
     print(
         f"  probe (process CPU)    {us(probe_cpu)}   {probe_cpu / dd:5.2f}x   "
@@ -293,6 +305,34 @@ def main() -> None:
         f"  at a 10 s probe interval per path, 2 paths: "
         f"{2 * probe_cpu / 10 * 100:.4f} % of one core"
     )
+    rows = {"cat": cat, "python_read": py, "collector": coll, "collector_store": coll_store}
+    rows |= {"real_proc": real, "real_proc_store": real_store}
+    write_results(args.results, figures(cycles, len(files), rows, (probe_cpu, probe_wall, dd)))
+
+
+def figures(
+    cycles: int, files: int, rows: dict[str, float], probe: tuple[float, float, float]
+) -> dict[str, object]:
+    """What ``main`` printed, for ``--results``: CPU s per cycle by row, and the probe's."""
+    cat, coll_store = rows["cat"], rows["collector_store"]
+    probe_cpu, probe_wall, dd = probe
+    return {
+        "cycles": cycles,
+        "describe": FIXTURE,
+        "files": files,
+        "budget_cpu_share": BUDGET_CPU_PER_S,
+        "cpu_share": coll_store,
+        "budget_ratio": coll_store / BUDGET_CPU_PER_S,
+        "rows": {k: {"us_per_cycle": t * 1e6, "cat_ratio": t / cat} for k, t in rows.items()},
+        "probe": {
+            "runs": PROBES,
+            "dd_us": dd * 1e6,
+            "cpu_us": probe_cpu * 1e6,
+            "dd_ratio": probe_cpu / dd,
+            "wall_ms": probe_wall * 1e3,
+            "cpu_share_2_paths_10_s": 2 * probe_cpu / 10,
+        },
+    }
 
 
 if __name__ == "__main__":
