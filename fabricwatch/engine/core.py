@@ -388,10 +388,15 @@ class Engine:
         """
         s = self._eff
         job = [g for grp in groups for g in grp]
-        if now - self._comm_checked < max(self.tick_s, self.spacing):
+        # Both schedules on the absolute clock (a check per sample slot, the
+        # rhythm once a minute), not chained from this engine's first check:
+        # an engine started earlier or later (replay --jobs spans) checks
+        # and measures at the very same ticks.
+        step = max(self.tick_s, self.spacing)
+        if now // step == self._comm_checked // step:
             return self._comm_gpus
         self._comm_checked = now
-        if now - self._rhythm_at >= 60.0:
+        if now // 60.0 != self._rhythm_at // 60.0:
             self._rhythm_at = now
             self._rhythm_s = self._rhythm(now)
         w = self._comm_window()
