@@ -27,6 +27,7 @@ from fabricwatch.engine.incidents import (
 from fabricwatch.engine.jobs import coactive_groups
 from fabricwatch.engine.settings import EngineSettings
 from fabricwatch.engine.stall import GpuState, StallDetector
+from fabricwatch.engine.windows import HistoryMirrors
 from fabricwatch.errors import StoreError
 from fabricwatch.readings import MetricKind, MetricSpec, Reading
 from fabricwatch.store import Series, SnapshotStore
@@ -170,6 +171,8 @@ class Engine:
         self._groups: list[frozenset[str]] = []
         self._groups_of: tuple[str, ...] = ()
         self._groups_at = -math.inf
+        # The slowdown check's window reads, kept in step with the store's rings.
+        self._windows = HistoryMirrors()
 
     # -- public surface -------------------------------------------------
 
@@ -388,17 +391,28 @@ class Engine:
         """
         s = self._eff
         job = [g for grp in groups for g in grp]
-        if now - self._comm_checked < max(self.tick_s, self.spacing):
+        # Both schedules on the absolute clock (a check per sample slot, the
+        # rhythm once a minute), not chained from this engine's first check:
+        # an engine started earlier or later (replay --jobs spans) checks
+        # and measures at the very same ticks.
+        step = max(self.tick_s, self.spacing)
+        if now // step == self._comm_checked // step:
             return self._comm_gpus
         self._comm_checked = now
-        if now - self._rhythm_at >= 60.0:
+        if now // 60.0 != self._rhythm_at // 60.0:
             self._rhythm_at = now
             self._rhythm_s = self._rhythm(now)
         w = self._comm_window()
         chunks = max(3, int(s.baseline_window // w))
         out: list[GpuState] = []
         per_link: dict[str, list[Series]] | None = None  # grouped once, when needed
+        spare = _spare(groups, s.slow_gpus_ratio)
         for g in job:
+            left = spare.get(g.gpu)
+            if left is not None:
+                if left[0] < 0:
+                    continue  # its job can no longer have enough slow GPUs: none is kept
+                left[0] -= 1
             series = self.store.get(sig.NVLINK_TX, (g.gpu, "total"))
             links = [series] if series is not None else []
             if not links:
@@ -413,7 +427,7 @@ class Engine:
             history = [0.0] * chunks
             ok = bool(links)
             for x in links:
-                means = sig.chunk_means(x, now, w, chunks)
+                means = self._windows.chunk_means(x, now, w, chunks)
                 if means is None:
                     ok = False
                     break
@@ -432,6 +446,8 @@ class Engine:
             drop = min(1.0 - s.slow_ratio, max(0.1, 3.0 * spread))
             if recent < (1.0 - drop) * base:
                 out.append(g)
+                if left is not None:
+                    left[0] += 1
         kept: list[GpuState] = []
         for grp in groups:
             names = {g.gpu for g in grp}
@@ -454,11 +470,11 @@ class Engine:
         # runs for every job GPU on every sample.
         sm = self.store.get(sig.GPU_SM, (g.gpu,))
         if sm is not None and sm.updated >= lo:
-            vals = sig.window(sm, lo, hi).values
+            vals = self._windows.values(sm, lo, hi)
             return bool(vals) and min(vals) < s.idle_sm_ratio
         power = self.store.get(sig.GPU_POWER, (g.gpu,))
         if power is not None and g.peak_power > 0:
-            vals = sig.window(power, lo, hi).values
+            vals = self._windows.values(power, lo, hi)
             return bool(vals) and min(vals) < s.idle_power_ratio * g.peak_power
         return False
 
@@ -898,6 +914,20 @@ def _same_culprit(inc: Incident, attr: Attribution) -> bool:
     old = {e.culprit.key for e in inc.evidence if e.cause == inc.cause}
     new = {e.culprit.key for e in attr.evidence if e.cause == attr.cause}
     return attr.culprit.key in old or inc.culprit.key in new
+
+
+def _spare(groups: list[list[GpuState]], ratio: float) -> dict[str, list[int]]:
+    """Per GPU its job's count of GPUs that may still turn out not slow
+    before the job cannot reach ``ratio`` (one counter per job, shared by
+    its GPUs); empty where a GPU is in two jobs' lists."""
+    out: dict[str, list[int]] = {}
+    for grp in groups:
+        left = [len(grp) - max(1, math.ceil(ratio * len(grp)))]
+        for g in grp:
+            if g.gpu in out:
+                return {}
+            out[g.gpu] = left
+    return out
 
 
 def _gpu_order(g: str) -> tuple[int, str]:

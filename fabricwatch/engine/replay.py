@@ -231,10 +231,10 @@ def _gpu_state(engine: Engine) -> list[Any]:
         for g in gpus
     ]
     state.append(det._idle_draw if power else None)
-    # The slowdown check's schedules run on from their last run (re-timing
-    # them changes what the engine finds): the spans must agree on the last
-    # check where checks are sparser than ticks, and on when the job's
-    # rhythm was measured where the rhythm sets the throughput window.
+    # The slowdown check's schedules are on the absolute clock, so a span
+    # warmed up long enough agrees on them; checked all the same: the last
+    # check where checks are sparser than ticks, and when the job's rhythm
+    # was measured where the rhythm sets the throughput window.
     sparse = engine.spacing > engine.tick_s
     state.append(engine._comm_checked if sparse else None)
     by_rhythm = engine._comm_window() == 4.0 * engine._rhythm_s

@@ -13,9 +13,10 @@ The output must be exactly what one pass gives. The engine's memory is
 mostly bounded by construction: windows of minutes over the store, work
 baselines that remember two epochs
 (:data:`~fabricwatch.engine.stall.BASELINE_EPOCH`), settings and job groups
-re-derived on the absolute clock; the power references (observed peaks, the
-node's idle draw) and the slowdown check's rhythm and check times (each
-chained to the one before) are not. So every cut is checked: at the cut, the
+re-derived on the absolute clock, the slowdown check run once a sample slot
+and its job rhythm measured once a minute, both on the absolute clock; the
+power references (observed peaks, the node's idle draw) are not bounded.
+So every cut is checked: at the cut, the
 span before it and the span after it (which started fresh ``warmup``
 earlier) must hold the same open incidents and the same engine state (see
 ``replay._gpu_state``: the unbounded parts where they are in use), and must

@@ -215,3 +215,19 @@ def test_spans_run_equal_work(n: int, count: int) -> None:
         for k, (a, b) in enumerate(itertools.pairwise(cuts))
     ]
     assert max(work) - min(work) <= 1
+
+
+@pytest.mark.parametrize("warmup", [600.0, 630.0])
+def test_cuts_verify_whatever_the_warmup_s_phase_to_the_minute(warmup: float) -> None:
+    # The slowdown check measures the job's rhythm once a minute and checks
+    # once a sample. Chained from the engine's first check, a span started
+    # fresh at another phase of the minute (a 630 s warm-up) measured the
+    # rhythm at other ticks, over other windows, got another figure, and the
+    # cut failed (one pass again) wherever no stall had re-timed the chain
+    # before it; on the absolute clock every span measures at the ticks one
+    # pass measures at.
+    samples = _samples(_scenario(4800, [300, 4300], seed=3))
+    one = run_replay(samples, node="n1")
+    par = run_parallel(samples, node="n1", jobs=2, split=Split(warmup=warmup, verify=300.0))
+    _same(par, one)
+    assert par.spans == par.planned == 2, "the cut should verify"

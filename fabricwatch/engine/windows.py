@@ -1,0 +1,194 @@
+"""Window reads over the store's history rings, kept in step with the rings.
+
+The slowdown check reads, for every job GPU on every sample, the means of a
+few consecutive windows of its NVLink throughput and the values of its work
+signal over the latest window (:meth:`Engine._comm_slow`). Read through
+:func:`~fabricwatch.engine.signals.window` and
+:func:`~fabricwatch.engine.signals.chunk_means`, each read copies the ring's
+recent timestamps and checks them for order again. :class:`HistoryMirrors`
+instead keeps one mirror per series read this way: its points' times and
+values as lists, oldest first, bounded to the span the engine reads, brought
+up to date from the ring's newest points only (a point or two a tick), with
+the order check kept incrementally; a window is then two bisections and a
+slice.
+
+The figures are exactly those of ``signals``: the same points, summed in the
+same order. A mirror that cannot stand for the ring (a history out of time
+order, a non-finite timestamp, a series without a ring) reads through
+``signals`` itself.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_left, bisect_right
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from fabricwatch.engine import signals as sig
+from fabricwatch.store import Series
+
+
+@dataclass(slots=True)
+class _Mirror:
+    """The newest points of one series' ring (see :class:`HistoryMirrors`)."""
+
+    series: Series
+    head: int = 0
+    full: bool = False
+    times: list[float] = field(default_factory=list)
+    values: list[float] = field(default_factory=list)
+    # Absolute index (points appended since the rebuild) of the first point
+    # kept, and the last points out of order with their predecessor / with
+    # a non-finite time: the mirror is ordered while both lie before it.
+    start: int = 0
+    last_inversion: int = -1
+    last_non_finite: int = -1
+    # How far back from its newest point the engine reads this series (older
+    # points are dropped), and whether the mirror dropped points the ring
+    # still holds.
+    depth: float = 0.0
+    trimmed: bool = False
+    trim_at: int = 0
+
+    def ordered(self) -> bool:
+        return self.last_inversion <= self.start and self.last_non_finite < self.start
+
+    def rebuild(self) -> None:
+        s = self.series
+        ring = s.ring
+        assert ring is not None  # callers check
+        flat = ring[s.head :] + ring[: s.head] if s.full else ring[: s.head]
+        self.head, self.full = s.head, s.full
+        self.times = flat[0::2].tolist()
+        self.values = flat[1::2].tolist()
+        self.start = 0
+        self.last_inversion = self.last_non_finite = -1
+        self._flag(0)
+        self.trimmed = False
+        self._trim()
+
+    def _flag(self, first: int) -> None:
+        """Order flags of the points from list position ``first`` on."""
+        times = self.times
+        prev = times[first - 1] if first > 0 else -math.inf
+        for k in range(first, len(times)):
+            t = times[k]
+            if t < prev:
+                self.last_inversion = self.start + k
+            if not math.isfinite(t):
+                self.last_non_finite = self.start + k
+            prev = t
+
+    def sync(self) -> None:
+        """Take in the points written to the ring since the last sync."""
+        s = self.series
+        ring = s.ring
+        assert ring is not None  # callers check
+        head, old = s.head, self.head
+        times = self.times
+        if head == old and s.full == self.full:
+            if times and ring[head - 2] != times[-1]:
+                self.rebuild()  # a whole ring of new points went by
+            return
+        # The mirror's newest point must still be in the ring where it was
+        # written (not written over by a ring's worth of newer points).
+        if not times or ring[old - 2] != times[-1] or ring[old - 1] != self.values[-1]:
+            self.rebuild()
+            return
+        self.head, self.full = head, s.full
+        if head == old + 2:
+            # One new point (the usual case at one sample a tick): no copies.
+            t = ring[old]
+            if t < times[-1]:
+                self.last_inversion = self.start + len(times)
+            if not math.isfinite(t):
+                self.last_non_finite = self.start + len(times)
+            times.append(t)
+            self.values.append(ring[old + 1])
+        else:
+            new = ring[old:head] if head > old else ring[old:] + ring[:head]
+            at = len(times)
+            times.extend(new[0::2].tolist())
+            self.values.extend(new[1::2].tolist())
+            self._flag(at)
+        # The ring holds its newest size / 2 points only.
+        over = len(times) - len(ring) // 2
+        if over > 0:
+            self._drop(over)
+        if len(times) >= self.trim_at:
+            self._trim()
+
+    def _drop(self, k: int) -> None:
+        del self.times[:k]
+        del self.values[:k]
+        self.start += k
+
+    def _trim(self) -> None:
+        """Drop points older than the engine reads (on an ordered mirror)."""
+        if not self.times or not self.ordered():
+            return
+        k = bisect_left(self.times, self.times[-1] - self.depth) - 1
+        if k > 0:
+            self._drop(k)
+            self.trimmed = True
+        # Trimmed again once the mirror holds a quarter more than it needs
+        # (a few points a time, not one per tick).
+        self.trim_at = len(self.times) + len(self.times) // 4 + 8
+
+
+@dataclass(slots=True)
+class HistoryMirrors:
+    """Window reads over store series (see the module docstring), one mirror per series read."""
+
+    _mirrors: dict[tuple[str, tuple[str, ...]], _Mirror] = field(default_factory=dict)
+
+    def _mirror(self, series: Series, oldest: float) -> _Mirror | None:
+        """The series' mirror, in step with its ring and holding every
+        point from just before ``oldest`` on, or None (read through ``signals``)."""
+        if series.ring is None:
+            return None
+        key = (series.spec.name, series.labels)
+        m = self._mirrors.get(key)
+        if m is None or m.series is not series:
+            m = self._mirrors[key] = _Mirror(series, depth=math.inf)
+            m.rebuild()
+            if m.times:
+                m.depth = max(0.0, m.times[-1] - oldest)
+        else:
+            m.sync()
+            if m.times and (m.depth == math.inf or m.times[-1] - oldest > m.depth):
+                m.depth = m.times[-1] - oldest
+                if m.trimmed and m.times[0] >= oldest:
+                    m.rebuild()
+        return m if m.ordered() else None
+
+    def values(self, series: Series, start: float, end: float) -> Sequence[float]:
+        """The values of :func:`signals.window` ``(series, start, end)``."""
+        m = self._mirror(series, start)
+        if m is None:
+            return sig.window(series, start, end).values
+        times = m.times
+        lo = bisect_left(times, start)
+        return m.values[lo : bisect_right(times, end, lo)]
+
+    def chunk_means(
+        self, series: Series, now: float, width: float, chunks: int
+    ) -> list[float] | None:
+        """:func:`signals.chunk_means` ``(series, now, width, chunks)``, bit for bit."""
+        m = self._mirror(series, now - (chunks + 1) * width)
+        if m is None:
+            return sig.chunk_means(series, now, width, chunks)
+        times, values = m.times, m.values
+        lo = bisect_left(times, now - width)
+        hi = bisect_right(times, now, lo)
+        if hi - lo < 2:
+            return None
+        out = [sum(values[lo:hi]) / (hi - lo)]
+        for j in range(chunks):
+            lo = bisect_left(times, now - (j + 2) * width)
+            hi = bisect_right(times, now - (j + 1) * width - 1e-3, lo)
+            if hi - lo < 2:
+                return None
+            out.append(sum(values[lo:hi]) / (hi - lo))
+        return out
