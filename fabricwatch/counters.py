@@ -343,6 +343,10 @@ class FamilyCounters:
         for all). Series whose index is in ``skip`` (their sample was invalid)
         get None and keep their state, as if they had not been polled.
         """
+        if epochs is not None and epochs and epochs.count(epochs[0]) == len(epochs):
+            # Per-series epochs that are all one (every NIC port in its first life):
+            # the same as that one epoch for all, and the steady path below applies.
+            epoch, epochs = epochs[0], None
         common = self._common
         if common is not None and not skip and epochs is None and common[1] == epoch:
             # The steady poll: every series polled at one time with this epoch
