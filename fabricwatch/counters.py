@@ -18,6 +18,7 @@ import math
 import operator
 from collections.abc import Collection, Hashable, Sequence
 from dataclasses import dataclass
+from itertools import compress
 from typing import NamedTuple
 
 
@@ -343,6 +344,10 @@ class FamilyCounters:
         for all). Series whose index is in ``skip`` (their sample was invalid)
         get None and keep their state, as if they had not been polled.
         """
+        if epochs is not None and epochs and epochs.count(epochs[0]) == len(epochs):
+            # Per-series epochs that are all one (every NIC port in its first life):
+            # the same as that one epoch for all, and the steady path below applies.
+            epoch, epochs = epochs[0], None
         common = self._common
         if common is not None and not skip and epochs is None and common[1] == epoch:
             # The steady poll: every series polled at one time with this epoch
@@ -357,7 +362,7 @@ class FamilyCounters:
                     self._total = list(map(operator.add, self._total, deltas))
                     self._ts = [ts] * len(vals)
                     self._common = (ts, epoch)
-                    return self._rates(deltas, ts, [dt] * len(vals))
+                    return self._steady_rates(deltas, ts, dt)
         uniform = not skip and epochs is None and len(values) == len(self._value)
         self._common = (ts, epoch) if uniform else None
         steps, dts = self._advance(values, ts, epoch, skip, epochs)
@@ -412,9 +417,37 @@ class FamilyCounters:
             deltas.append(delta)
         return deltas, dts
 
-    def _rates(self, deltas: list[float | None], ts: float, dts: list[float]) -> list[Rate | None]:
+    def _steady_rates(self, deltas: list[float], ts: float, dt: float) -> list[Rate | None]:
+        """:meth:`_rates` of the steady poll (every series has a delta over ``dt``).
+
+        A series that did not move this poll and had not moved before reads the one
+        zero rate of this interval and has no state to update (``_rates`` takes the
+        same branch for it); only the others go through ``_rates`` one by one.
+        """
+        n = len(deltas)
+        dts = [dt] * n
+        busy = list(compress(range(n), map(operator.or_, map(bool, deltas), self._moved)))
+        if len(busy) == n:
+            return self._rates(deltas, ts, dts)
+        out: list[Rate | None] = [
+            _new_rate(Rate, (0.0, dt, False, dt > self.settings.gap_after))
+        ] * n
+        if busy:
+            rates = self._rates([deltas[i] for i in busy], ts, dts, busy)
+            for i, rate in zip(busy, rates, strict=True):
+                out[i] = rate
+        return out
+
+    def _rates(
+        self,
+        deltas: Sequence[float | None],
+        ts: float,
+        dts: list[float],
+        rows: Sequence[int] | None = None,
+    ) -> list[Rate | None]:
         """Each series' rate from its delta over ``dts[i]`` (None: no rate), with
-        :meth:`CounterState.update`'s hold and refresh logic."""
+        :meth:`CounterState.update`'s hold and refresh logic. ``rows``: the series
+        ``deltas`` are of, in order (default: all, ``deltas[i]`` is series ``i``'s)."""
         settings = self.settings
         gap_after = settings.gap_after
         hold_factor = settings.hold_factor
@@ -425,7 +458,7 @@ class FamilyCounters:
         push = out.append
         zero_dt = math.nan
         zero = _new_rate(Rate, (0.0, 0.0, False, False))
-        for i, delta in enumerate(deltas):
+        for i, delta in zip(range(len(deltas)) if rows is None else rows, deltas, strict=True):
             if delta is None:
                 push(None)
                 continue

@@ -305,6 +305,8 @@ class Supervisor:
         if limit <= 0:
             return readings
         store = self._store
+        if not state.series_limited and len(store) + len(readings) <= limit:
+            return readings  # the whole store is under this collector's limit
         have = sum(store.family_size(f) for f in self._families.get(name, ()))
         if have + len(readings) <= limit:
             if state.series_limited and have < limit:

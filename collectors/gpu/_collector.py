@@ -151,6 +151,9 @@ class _Labels:
     ecc: tuple[tuple[str, str], tuple[str, str]]
     remapped: tuple[tuple[str, str], tuple[str, str]]
     links: dict[int, tuple[tuple[str, str], dict[str, tuple[str, str, str]]]]
+    # link -> (its error kinds in sample order, their labels in that order): the
+    # error columns of a link extended in one call while its kinds stay the same.
+    link_errors: dict[int, tuple[tuple[str, ...], list[tuple[str, str, str]]]]
 
     @classmethod
     def of(cls, gl: str) -> _Labels:
@@ -159,6 +162,7 @@ class _Labels:
             tuple((mask, (gl, reason)) for mask, reason in CLOCK_EVENT_REASONS),
             ((gl, "corrected"), (gl, "uncorrected")),
             ((gl, "correctable"), (gl, "uncorrectable")),
+            {},
             {},
         )
 
@@ -203,6 +207,16 @@ class _LinkColumns:
     @classmethod
     def empty(cls) -> _LinkColumns:
         return cls([], [], [], [], [], [], [], [])
+
+
+def _kind_labels(
+    by_kind: dict[str, tuple[str, str, str]], ll: tuple[str, str], kind: str
+) -> tuple[str, str, str]:
+    """The (gpu, link, kind) labels of one link's error counter, made once."""
+    kl = by_kind.get(kind)
+    if kl is None:
+        kl = by_kind[kind] = (*ll, kind)
+    return kl
 
 
 class _EventCounts:
@@ -591,7 +605,8 @@ class GpuCollector:
         up_l, up_v = links.up_labels.append, links.up.append
         tx_l, tx_v = links.tx_labels.append, links.tx.append
         rx_l, rx_v = links.rx_labels.append, links.rx.append
-        err_l, err_v = links.err_labels.append, links.err.append
+        err_ls, err_vs = links.err_labels.extend, links.err.extend
+        link_errors = labels.link_errors
         for ln in s.links:
             got = link_labels.get(ln.link)
             ll, by_kind = got if got is not None else labels.link(gl, ln.link)
@@ -604,9 +619,15 @@ class GpuCollector:
             if ln.rx_bytes is not None:
                 rx_l(ll)
                 rx_v(ln.rx_bytes)
-            for kind, value in ln.errors.items():
-                kl = by_kind.get(kind)
-                if kl is None:
-                    kl = by_kind[kind] = (*ll, kind)
-                err_l(kl)
-                err_v(value)
+            errors = ln.errors
+            if not errors:
+                continue
+            kinds = tuple(errors)
+            known = link_errors.get(ln.link)
+            if known is None or known[0] != kinds:
+                known = link_errors[ln.link] = (
+                    kinds,
+                    [_kind_labels(by_kind, ll, k) for k in kinds],
+                )
+            err_ls(known[1])
+            err_vs(errors.values())

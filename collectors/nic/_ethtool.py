@@ -280,23 +280,24 @@ class DirEthtoolSource:
     """Statistics from ``ethtool -S`` text dumps named after the interface (replay, demo)."""
 
     def __init__(self, directory: Path) -> None:
-        self._dir = directory
+        self._prefix = f"{directory}{os.sep}"  # a str join per read, not a Path per read
 
     def stats(self, ifname: str) -> dict[str, int]:
         """Parse ``<directory>/<ifname>``."""
         if not ifname or "/" in ifname or ifname in (".", ".."):
             msg = f"invalid interface name {ifname!r}"
             raise NoSuchNetdevError(msg)
-        path = self._dir / ifname
+        path = self._prefix + ifname
         try:
-            text = path.read_text(encoding="utf-8", errors="replace")
+            with open(path, encoding="utf-8", errors="replace") as f:  # noqa: PTH123 - no Path per read
+                text = f.read()
         except FileNotFoundError:
             msg = f"{ifname}: no statistics dump at {path}"
             raise NoSuchNetdevError(msg) from None
         except OSError as exc:
             msg = f"{path}: {os.strerror(exc.errno or 0)}"
             raise CollectorError(msg) from None
-        return parse_ethtool_text(text, str(path))
+        return parse_ethtool_text(text, path)
 
     def close(self) -> None:
         """Nothing to release."""

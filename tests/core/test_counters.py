@@ -249,3 +249,52 @@ def test_family_counters_equal_counter_state_series_by_series(
         ]
         assert got == want
         assert fam.totals == [s.total for s in singles]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    width=st.integers(1, 6),
+    polls=st.lists(
+        st.tuples(
+            st.sampled_from([1.0, 1.0, 1.0, 0.5, 2.0, 0.0, 15.0]),
+            st.booleans(),  # every series' epoch changes (all ports reloaded)
+            st.lists(st.tuples(_STEP, st.booleans()), min_size=6, max_size=6),  # own epoch bump
+        ),
+        min_size=1,
+        max_size=40,
+    ),
+)
+def test_family_counters_with_per_series_epochs_equal_counter_state(
+    width: int, polls: list[tuple[float, bool, list[tuple[str, bool]]]]
+) -> None:
+    """Per-series epochs (NIC ports), mostly all equal: the steady path taken for a
+    uniform list gives what each series' CounterState gives, across own-epoch resets."""
+    settings_ = TrackerSettings()
+    modulus = 1 << 32
+    values = [float(modulus - 1000 * (i + 1)) for i in range(width)]
+    ts = 100.0
+    epochs = [0] * width
+    fam = FamilyCounters(settings_, 32)
+    singles = []
+    for v in values:
+        fam.add(v, ts, 0)
+        singles.append(CounterState(v, ts, 0))
+    for dt, all_reload, steps in polls:
+        ts += dt
+        for i in range(width):
+            kind, bump = steps[i]
+            if all_reload or (bump and i == 0):
+                epochs[i] += 1
+            if kind in ("inc", "big"):
+                values[i] = float((int(values[i]) + 4096 * (i + 1)) % modulus)
+            elif kind == "back":
+                values[i] = float((int(values[i]) + modulus - 7) % modulus)
+            elif kind == "reset":
+                values[i] = float(i)
+        got = fam.update(values, ts, None, (), list(epochs))
+        want = [
+            s.update(v, ts, settings_, 32, e)
+            for s, v, e in zip(singles, values, epochs, strict=True)
+        ]
+        assert got == want
+        assert fam.totals == [s.total for s in singles]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import re
 import threading
 import time
@@ -21,9 +22,11 @@ from fabricwatch.collectors.gpu._collector import GpuCollector
 from fabricwatch.collectors.gpu._facade import PynvmlBackend
 from fabricwatch.collectors.gpu._metrics import METRICS
 from fabricwatch.collectors.gpu._settings import GpuSettings
+from fabricwatch.collectors.gpu._types import GpuSample
 from fabricwatch.errors import CollectorError
-from fabricwatch.readings import MetricKind, Reading
+from fabricwatch.readings import Batch, MetricKind, Reading
 from fabricwatch.store import SnapshotStore
+from fabricwatch.testing.sim_gpu import SimulatedGPUs
 
 from ._fakes import FakeGpu, FakeNvml
 from .conftest import MakeNvml
@@ -424,3 +427,63 @@ async def test_structlog_output_has_no_traceback(
     text = out.out + out.err
     assert "nvml_absent" in text
     assert "Traceback" not in text
+
+
+class _ShiftingErrors(SimulatedGPUs):
+    """The simulator with each cycle's NVLink error kinds changed: added, reordered, gone."""
+
+    KINDS = (("crc", "replay"), ("replay", "crc", "recovery"), (), ("crc",), ("crc",))
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        super().__init__("H100", 2, clock)
+        self.cycle = 0
+        self.sent: list[tuple[int, GpuSample]] = []
+
+    def sample(self, index: int, *, fabric: bool) -> GpuSample:
+        s = super().sample(index, fabric=fabric)
+        kinds = self.KINDS[self.cycle % len(self.KINDS)]
+        links = tuple(
+            dataclasses.replace(
+                ln, errors={k: float(10 * ln.link + n + self.cycle) for n, k in enumerate(kinds)}
+            )
+            if ln.link % 2 == 0
+            else ln
+            for ln in s.links
+        )
+        s = dataclasses.replace(s, links=links)
+        self.sent.append((index, s))
+        return s
+
+
+async def test_nvlink_error_columns_follow_kinds_that_change(tmp_path: Path) -> None:
+    """Each link's error columns are its sample's (kind, value) pairs in sample order,
+    also when the kinds a link reports change from one cycle to the next."""
+    clock = Clock()
+    sim = _ShiftingErrors(clock)
+    settings = GpuSettings(backend="simulated", jobs=False)
+    env = CollectorEnv(proc_root=tmp_path, monotonic=clock)
+    collector = GpuCollector(settings, env, sim)
+    await collector.start()
+    try:
+        for cycle in range(len(_ShiftingErrors.KINDS) + 1):
+            sim.cycle = cycle
+            sim.sent.clear()
+            clock.t += 1.0
+            batch = await collector.collect()
+            assert isinstance(batch, Batch)
+            got = [
+                (labels, value)
+                for c in batch.columns
+                if c.name == "fabricwatch_gpu_nvlink_errors"
+                for labels, value in zip(c.labels, c.values, strict=True)
+            ]
+            by_gpu = dict(sim.sent)
+            want = [
+                ((str(i), str(ln.link), kind), value)
+                for i in sorted(by_gpu)
+                for ln in by_gpu[i].links
+                for kind, value in ln.errors.items()
+            ]
+            assert got == want, cycle
+    finally:
+        await collector.close()
