@@ -122,8 +122,13 @@ class ScoreContext:
         lead = st.onset_lead
         if self.slowdown and self.reach > 0:
             # A slowdown is going on: its evidence is what the last
-            # throughput window held (and must hold on half of it).
-            on = window(s, max(self.onset - lead, self.now - self.reach), self.now)
+            # throughput window held (and must hold on half of it), from the
+            # onset on. The lead before a stall's onset (the compute phase in
+            # flight) is no part of a slowdown: there it would fill half the
+            # window with the time before the fault, and a second cause that
+            # begins inside the slowdown (a link lost in the middle of an ECN
+            # slowdown) would be all that is left to name.
+            on = window(s, max(self.onset, self.now - self.reach), self.now)
             base = window(s, self.onset - st.baseline_window, self.onset - lead - 0.001)
             return on, base
         end = self.on_end()

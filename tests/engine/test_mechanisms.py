@@ -754,3 +754,34 @@ def test_storage_causes_over_a_range_of_volumes_request_sizes_and_latencies() ->
         if inc.cause != "storage_latency":
             wrong.append(("slow", vol, req, lat, inc.summary))
     assert wrong == []
+
+
+def test_a_link_lost_inside_an_ecn_slowdown_does_not_replace_its_cause() -> None:
+    # Mechanism 8 on the slowdown path (seed 90014, concurrent, 15 s): a link
+    # goes down in the middle of an ECN slowdown. With a long rhythm the
+    # stall's lead before the onset (one iteration) filled half the
+    # slowdown's window with the time before the congestion, so the marks
+    # held on too few of its samples and the link-down event was all that
+    # was left to name.
+    totals: dict[str, float] = {}
+    out: list[Sample] = []
+    for k in range(1, 1301):
+        t = float(k)
+        ts = T0 + t + 0.1
+        slow = 1000 <= t < 1150
+        level = 0.85 if (t % 20.0) < 14.0 else 0.35
+        for g in range(8):
+            sm = level * (0.5 if slow else 1.0) + 0.01 * math.sin(7 * t + g)
+            out.append((ts, sig.GPU_SM, (str(g),), sm))
+            out.append((ts, sig.GPU_MEM, (str(g),), 60e9))
+            out.append((ts, sig.GPU_POWER, (str(g),), 80 + 600 * sm))
+        ecn = 40_000.0 if slow else 10.0
+        out.append((ts + 0.1, sig.NIC_ECN, ("mlx5_0", "1"), counter(totals, "e", ecn, 1.0)))
+        up = 0.0 if 1012 <= t < 1020 else 1.0
+        out.append((ts + 0.1, sig.NIC_LINK_UP, ("mlx5_0", "1"), up))
+    out.sort(key=lambda s: s[0])
+    trs = run_replay(out).transitions
+    assert trs, "the slowdown is an incident"
+    assert {(tr.incident.kind, tr.incident.cause) for tr in trs} == {
+        ("slowdown", "ecn_congestion")
+    }, [tr.incident.summary for tr in trs]
