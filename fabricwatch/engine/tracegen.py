@@ -5,8 +5,10 @@ engine was developed against) and writes what a new user has: OpenMetrics
 text with **dcgm-exporter and node_exporter names** (no fabricwatch
 families, no switch, no process counts), at a chosen sample spacing, with
 ground truth. The node runs one job on 8 GPUs or two jobs (GPUs 0-3 and
-4-7, each with its own NICs), with a compute/communication rhythm drawn
-per job (compute phases 0.5-8 s), a checkpoint disk of a drawn device
+4-7, each with its own NICs, and in the ``two_jobs`` variant heavy ECN
+marking on the other job's port around half of the faults), with a
+compute/communication rhythm drawn per job (compute phases 0.5-8 s), a
+checkpoint disk of a drawn device
 class, and the ugliness of real exports: window-averaged gauges at 5-30 s,
 missing samples, swapped and duplicated samples, collector gaps, 32-bit
 counter wraps, whole families absent.
@@ -190,6 +192,28 @@ def _draw_events(plan: Plan, node: _Node, r: random.Random) -> list[_Event]:
     return out
 
 
+def _cross_job_congestion(
+    plan: Plan, node: _Node, events: list[_Event]
+) -> list[tuple[float, float, int, float]]:
+    """Two jobs: heavy ECN marking on a port of the *other* job around half of
+    the faults, from before the fault until after the stall (the other
+    job's own congestion, which DCQCN absorbs: it does not slow that job).
+    Evidence on the other job's port never explains a stall. Drawn from a
+    generator of its own, so every other draw of the trace stays the same.
+    (start, end, NIC, marks/s)."""
+    if plan.variant != "two_jobs" or len(node.jobs) < 2:
+        return []
+    rc = random.Random(plan.seed * 7919 + 17)  # noqa: S311 - simulation, not crypto
+    out: list[tuple[float, float, int, float]] = []
+    for ev in events:
+        if rc.random() < 0.5:
+            other = node.jobs[(ev.job + 1) % len(node.jobs)]
+            port = other.nics[rc.randrange(len(other.nics))]
+            start = ev.start - rc.uniform(5, 30)
+            out.append((start, ev.start + ev.duration + 60, port, rc.uniform(10_000, 60_000)))
+    return out
+
+
 def _expected(ev: _Event, plan: Plan) -> str:
     """What an honest engine can say: the cause, or unknown when its family is absent."""
     need = {
@@ -232,6 +256,7 @@ def generate(plan: Plan, write: Callable[[str], object]) -> Plan:
         (r.uniform(0, plan.duration), r.uniform(1, 3), r.randrange(4)) for _ in range(n_conf)
     ]
     restarts = [r.uniform(0, plan.duration) for _ in range(1 if r.random() < 0.3 else 0)]
+    cross = _cross_job_congestion(plan, node, events)
     steps = int(plan.duration / DT)
     sm = [[0.0] * steps for _ in range(8)]
     util = [[0.0] * steps for _ in range(8)]
@@ -357,6 +382,10 @@ def generate(plan: Plan, write: Callable[[str], object]) -> Plan:
             for e0, el, port in ecn_noise:
                 if e0 <= t < e0 + el and port == n:
                     ecn[n][k] += 20000
+            for c0, c1, port, rate in cross:
+                if c0 <= t < c1 and port == n:
+                    ecn[n][k] += rate
+                    cnp_h[n][k] += 0.8 * rate
         wbytes[k] = max(wbytes[k], node.wbytes0 * (0.5 + r.random()))
         for b0, bl in bursts:
             if b0 <= t < b0 + bl:
