@@ -193,25 +193,32 @@ def _draw_events(plan: Plan, node: _Node, r: random.Random) -> list[_Event]:
 
 
 def _cross_job_congestion(
-    plan: Plan, node: _Node, events: list[_Event]
-) -> list[tuple[float, float, int, float]]:
-    """Two jobs: heavy ECN marking on a port of the *other* job around half of
-    the faults, from before the fault until after the stall (the other
-    job's own congestion, which DCQCN absorbs: it does not slow that job).
-    Evidence on the other job's port never explains a stall. Drawn from a
-    generator of its own, so every other draw of the trace stays the same.
-    (start, end, NIC, marks/s)."""
+    plan: Plan,
+    node: _Node,
+    events: list[_Event],
+    ecn: list[list[float]],
+    cnp_h: list[list[float]],
+) -> None:
+    """Two jobs: heavy ECN marking (and the rate cuts it causes) on a port of
+    the *other* job around half of the faults, from before the fault until
+    after the stall: the other job's own congestion, which DCQCN absorbs
+    (it does not slow that job). Evidence on the other job's port never
+    explains a stall. Drawn from a generator of its own, so every other
+    draw of the trace stays the same."""
     if plan.variant != "two_jobs" or len(node.jobs) < 2:
-        return []
+        return
     rc = random.Random(plan.seed * 7919 + 17)  # noqa: S311 - simulation, not crypto
-    out: list[tuple[float, float, int, float]] = []
     for ev in events:
-        if rc.random() < 0.5:
-            other = node.jobs[(ev.job + 1) % len(node.jobs)]
-            port = other.nics[rc.randrange(len(other.nics))]
-            start = ev.start - rc.uniform(5, 30)
-            out.append((start, ev.start + ev.duration + 60, port, rc.uniform(10_000, 60_000)))
-    return out
+        if rc.random() >= 0.5:
+            continue
+        other = node.jobs[(ev.job + 1) % len(node.jobs)]
+        port = other.nics[rc.randrange(len(other.nics))]
+        lo = max(0, math.ceil((ev.start - rc.uniform(5, 30)) / DT))
+        hi = min(len(ecn[port]), math.ceil((ev.start + ev.duration + 60) / DT))
+        rate = rc.uniform(10_000, 60_000)
+        for k in range(lo, hi):
+            ecn[port][k] += rate
+            cnp_h[port][k] += 0.8 * rate
 
 
 def _expected(ev: _Event, plan: Plan) -> str:
@@ -256,7 +263,6 @@ def generate(plan: Plan, write: Callable[[str], object]) -> Plan:
         (r.uniform(0, plan.duration), r.uniform(1, 3), r.randrange(4)) for _ in range(n_conf)
     ]
     restarts = [r.uniform(0, plan.duration) for _ in range(1 if r.random() < 0.3 else 0)]
-    cross = _cross_job_congestion(plan, node, events)
     steps = int(plan.duration / DT)
     sm = [[0.0] * steps for _ in range(8)]
     util = [[0.0] * steps for _ in range(8)]
@@ -382,10 +388,6 @@ def generate(plan: Plan, write: Callable[[str], object]) -> Plan:
             for e0, el, port in ecn_noise:
                 if e0 <= t < e0 + el and port == n:
                     ecn[n][k] += 20000
-            for c0, c1, port, rate in cross:
-                if c0 <= t < c1 and port == n:
-                    ecn[n][k] += rate
-                    cnp_h[n][k] += 0.8 * rate
         wbytes[k] = max(wbytes[k], node.wbytes0 * (0.5 + r.random()))
         for b0, bl in bursts:
             if b0 <= t < b0 + bl:
@@ -395,6 +397,7 @@ def generate(plan: Plan, write: Callable[[str], object]) -> Plan:
         # Checkpoints (and other bulk writers) write large sequential buffers
         # the block layer merges to max_sectors_kb, ~1 MiB; the rest are small.
         wops[k] = wbytes[k] / (BULK_REQUEST_BYTES if big else node.req0)
+    _cross_job_congestion(plan, node, events, ecn, cnp_h)
     for ev in events:
         if math.isinf(ev.onset):
             continue
