@@ -928,3 +928,22 @@ def test_a_slowdown_resuming_inside_its_congestion_keeps_its_culprit() -> None:
     assert {(tr.incident.cause, tr.incident.culprit.key) for tr in trs} == {
         ("ecn_congestion", "nic:mlx5_1:1")
     }, [tr.incident.summary for tr in trs]
+
+
+def test_a_storm_on_a_port_no_job_stands_out_on_explains_with_lower_confidence() -> None:
+    # node_exporter's ethtool names the netdev (eth0), which has no traffic
+    # series to tell its job by: shared, so it may explain either job's
+    # stall, with less confidence than on the job's own port.
+    def storm(port: str) -> Extra:
+        def fault(t: float, out: list[Sample]) -> None:
+            ratio = 0.95 if 995 <= t < 1060 else 0.01
+            out.append((T0 + t + 0.3, sig.NIC_PFC_RATIO, (port, "1", "3", "rx"), ratio))
+
+        return fault
+
+    shared = replay(_two_jobs_with_ports((1000, 1060), storm("eth0")))
+    own = replay(_two_jobs_with_ports((1000, 1060), storm("mlx5_0")))
+    assert [(i.cause, i.culprit.key) for i in shared] == [("pfc_storm", "nic:eth0:1:3")]
+    assert "neither job" in shared[0].evidence[0].text
+    assert [i.cause for i in own] == ["pfc_storm"]
+    assert shared[0].confidence < own[0].confidence
