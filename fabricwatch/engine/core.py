@@ -522,17 +522,19 @@ class Engine:
         return coactive_groups(self.store, names, ep.onset - s.baseline_window, ep.onset - ep.lead)
 
     def _resumed_from(self, ep: _Episode) -> float | None:
-        """The onset of a resolving incident of the same kind that ``ep``
-        resumes (it began within ``resolve_hold`` of that one's end): a
-        resumption of about an iteration inside one congestion, a link that
-        flaps. The time since that onset is the fault's, not a baseline."""
+        """The onset of a resolving incident of the same kind and GPUs that
+        ``ep`` resumes (it began within ``resolve_hold`` of that one's end, or is
+        dated back to before it): a resumption of about an iteration inside
+        one congestion, a link that flaps. The time since that onset is the
+        fault's, not a baseline."""
         hold = self.settings.resolve_hold
         onsets = [
             live.incident.onset - self._offset
             for live in self._live.values()
             if live.ended is not None
             and live.incident.kind == ep.kind
-            and 0.0 <= ep.onset - live.ended <= hold
+            and ep.onset - live.ended <= hold
+            and not ep.gpus.isdisjoint(live.incident.gpus)
         ]
         return min(*onsets, ep.onset) if onsets else None
 
