@@ -16,7 +16,7 @@ from fabricwatch.engine import signals as sig
 from fabricwatch.engine.attribution import Attribution, attribute
 from fabricwatch.engine.causes import Cause
 from fabricwatch.engine.db import IncidentDB
-from fabricwatch.engine.evidence import ScoreContext, collect, missing_groups
+from fabricwatch.engine.evidence import Evidence, ScoreContext, collect, missing_groups
 from fabricwatch.engine.incidents import (
     Incident,
     IncidentTransition,
@@ -738,8 +738,17 @@ class Engine:
             attr, missing = self._score(ep, now)
             settled = now - ep.onset >= max(5.0, 2.0 * self.spacing, 3.0 * self.tick_s)
             later = ep.kind == "slowdown" and attr.cause not in ep.open_causes | {inc.cause}
+            # A slowdown outlasting its fault (the throughput window lags)
+            # keeps the culprit named while the fault held: fading evidence
+            # of its cause does not hand it to a weaker port.
+            fading = (
+                ep.kind == "slowdown"
+                and attr.cause == inc.cause
+                and _cause_score(attr.evidence, attr.cause) < _cause_score(inc.evidence, inc.cause)
+            )
             if (
                 not later
+                and not fading
                 and (attr.cause is not Cause.UNKNOWN or (settled and may_fall_to_unknown))
                 and (
                     attr.cause != inc.cause
@@ -929,6 +938,11 @@ def _same_culprit(inc: Incident, attr: Attribution) -> bool:
     old = {e.culprit.key for e in inc.evidence if e.cause == inc.cause}
     new = {e.culprit.key for e in attr.evidence if e.cause == attr.cause}
     return attr.culprit.key in old or inc.culprit.key in new
+
+
+def _cause_score(evidence: Sequence[Evidence], cause: str) -> float:
+    """The strongest evidence score of ``cause``."""
+    return max((e.score for e in evidence if e.cause == cause), default=0.0)
 
 
 def _gpu_order(g: str) -> tuple[int, str]:

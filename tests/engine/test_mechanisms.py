@@ -947,3 +947,30 @@ def test_a_storm_on_a_port_no_job_stands_out_on_explains_with_lower_confidence()
     assert "neither job" in shared[0].evidence[0].text
     assert [i.cause for i in own] == ["pfc_storm"]
     assert shared[0].confidence < own[0].confidence
+
+
+def test_a_slowdown_outlasting_its_congestion_keeps_the_culprit_named_while_it_held() -> None:
+    # Seed 90014 concurrent 15 s: the job's throughput window lags, so the
+    # slowdown goes on after the marks on the culprit port mlx5_1 ended; a
+    # re-score then saw only mlx5_0's trickle and handed it the culprit.
+    totals: dict[str, float] = {}
+    out: list[Sample] = []
+    for k in range(1, 1401):
+        t = float(k)
+        ts = T0 + t + 0.1
+        slow = 1000 <= t < 1200
+        for g in range(8):
+            sm = (0.4 if slow else 0.8) + 0.01 * math.sin(7 * t + g)
+            out.append((ts, sig.GPU_SM, (str(g),), sm))
+            out.append((ts, sig.GPU_MEM, (str(g),), 60e9))
+            out.append((ts, sig.GPU_POWER, (str(g),), 80 + 600 * sm))
+        marks = {"mlx5_0": 900.0 if 995 <= t < 1200 else 5.0}
+        marks["mlx5_1"] = 40_000.0 if 995 <= t < 1110 else 5.0
+        for dev, rate in marks.items():
+            out.append((ts + 0.1, sig.NIC_ECN, (dev, "1"), counter(totals, dev, rate, 1.0)))
+    out.sort(key=lambda s: s[0])
+    trs = run_replay(out).transitions
+    assert trs, "the slowdown is an incident"
+    assert {(tr.incident.cause, tr.incident.culprit.key) for tr in trs} == {
+        ("ecn_congestion", "nic:mlx5_1:1")
+    }, [tr.incident.summary for tr in trs]
