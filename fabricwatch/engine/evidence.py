@@ -1127,6 +1127,8 @@ def collect(ctx: ScoreContext, job_gpus: Sequence[str]) -> list[Evidence]:
 # What a port no job could be told apart on (a node shared by two jobs)
 # loses: it may be either job's, so its evidence explains less.
 _SHARED_PORT_PENALTY = 0.05
+# Share of its usual traffic at or above which a port went on carrying it.
+_FLOWING = 0.7
 
 
 def _culprit_port(c: Culprit) -> PortKey | None:
@@ -1138,15 +1140,42 @@ def _culprit_port(c: Culprit) -> PortKey | None:
     return None
 
 
+def _kept_flowing(ctx: ScoreContext, key: PortKey) -> bool:
+    """Whether the port's traffic went on at its usual level (at least its
+    usual low) on every sample wholly inside the onset window, while the
+    stalled GPUs waited: their
+    job's collectives stopped, so it carries another job's traffic (or a
+    frontend network's), whatever the job grouping could tell. Judged on two
+    such samples at least; a slowdown's traffic goes on by definition."""
+    if ctx.slowdown or ctx.min_samples < 2:
+        return False
+    s = ctx.store.get(sig.NIC_TX_BYTES if key[0] == "nic" else sig.SW_TX_BYTES, key[1:])
+    if s is None:
+        return False
+    after = window(s, ctx.onset + max(ctx.tick, ctx.spacing), ctx.on_end())
+    base = ctx._base(s)
+    if len(after.values) < 2 or len(base.values) < 3:
+        return False
+    # Its usual low (the lower tercile: a communication rhythm's quiet
+    # phase), held on every sample: one idle sample says it went quiet.
+    usual, _ = _baseline(base)
+    return usual > 0 and min(after.values) >= _FLOWING * usual
+
+
 def _job_ports(ctx: ScoreContext, evidence: Sequence[Evidence]) -> list[Evidence]:
     """Evidence on the other job's ports dropped (it never explains this
-    stall), on shared ports scored lower and said so."""
-    if ctx.ports is None:
-        return list(evidence)
+    stall), and on ports whose traffic went on while the GPUs waited; on
+    shared ports scored lower and said so."""
     out: list[Evidence] = []
+    flowing: dict[PortKey, bool] = {}
     for e in evidence:
         key = _culprit_port(e.culprit)
         whose = "own" if key is None else ctx.port(key)
+        if key is not None and whose != "other":
+            if key not in flowing:
+                flowing[key] = _kept_flowing(ctx, key)
+            if flowing[key]:
+                whose = "other"
         if whose == "other":
             continue
         if whose == "shared":

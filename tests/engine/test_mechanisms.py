@@ -787,11 +787,13 @@ def test_a_link_lost_inside_an_ecn_slowdown_does_not_replace_its_cause() -> None
     }, [tr.incident.summary for tr in trs]
 
 
-def _two_jobs_with_ports(hang: tuple[float, float], extra: Extra) -> list[Sample]:
+def _two_jobs_with_ports(
+    hang: tuple[float, float], extra: Extra, periods: tuple[float, float] = (7.0, 11.0)
+) -> list[Sample]:
     """GPUs 0-3 (ports mlx5_0, mlx5_1) and 4-7 (mlx5_2, mlx5_3) run two jobs
-    with their own rhythms (7 s and 11 s), no job labels (replay); each
-    port's traffic follows its job's communication phase. GPUs 0-3 hang
-    inside ``hang`` (and their ports fall silent)."""
+    with their own rhythms (``periods``, 7 s and 11 s), no job labels
+    (replay); each port's traffic follows its job's communication phase.
+    GPUs 0-3 hang inside ``hang`` (and their ports fall silent)."""
     totals: dict[str, float] = {}
     out: list[Sample] = []
     for k in range(1, 1301):
@@ -799,7 +801,7 @@ def _two_jobs_with_ports(hang: tuple[float, float], extra: Extra) -> list[Sample
         ts = T0 + t + 0.1
         hung = hang[0] <= t < hang[1]
         comm = {}
-        for j, period in ((0, 7.0), (1, 11.0)):
+        for j, period in enumerate(periods):
             comm[j] = (t % period) >= 0.6 * period
         for g in range(8):
             j = 0 if g < 4 else 1
@@ -974,3 +976,19 @@ def test_a_slowdown_outlasting_its_congestion_keeps_the_culprit_named_while_it_h
     assert {(tr.incident.cause, tr.incident.culprit.key) for tr in trs} == {
         ("ecn_congestion", "nic:mlx5_1:1")
     }, [tr.incident.summary for tr in trs]
+
+
+def test_congestion_on_a_port_that_kept_its_traffic_does_not_explain_a_hang() -> None:
+    # Two jobs in step (the same rhythm: co-activity cannot tell them apart,
+    # nor their ports). GPUs 0-3 hang; mlx5_2 sees heavy ECN marks but keeps
+    # carrying its usual traffic while they wait: it is not their port.
+    totals: dict[str, float] = {}
+
+    def ecn(t: float, out: list[Sample]) -> None:
+        rate = 40_000.0 if 990 <= t < 1060 else 5.0
+        total = counter(totals, "e", rate, 1.0)
+        out.append((T0 + t + 0.3, sig.NIC_ECN, ("mlx5_2", "1"), total))
+
+    incs = replay(_two_jobs_with_ports((1000, 1060), ecn, periods=(7.0, 7.0)))
+    assert [i.cause for i in incs] == ["unknown"], [i.summary for i in incs]
+    assert set(incs[0].gpus) == {"0", "1", "2", "3"}
