@@ -431,6 +431,23 @@ def test_an_nfs_export_named_like_a_disk_keeps_the_remote_latency_floor() -> Non
     assert _latency_floor("nvme0n1", st) == st.storage_latency_min_nvme
 
 
+def _slowed(slow: Callable[[float], bool], extra: Extra) -> list[Sample]:
+    """1400 s of one job on 8 GPUs (1 s samples) computing at half its rate
+    (SM 0.4 instead of 0.8) where ``slow(t)``."""
+    out: list[Sample] = []
+    for k in range(1, 1401):
+        t = float(k)
+        ts = T0 + t + 0.1
+        for g in range(8):
+            sm = (0.4 if slow(t) else 0.8) + 0.01 * math.sin(7 * t + g)
+            out.append((ts, sig.GPU_SM, (str(g),), sm))
+            out.append((ts, sig.GPU_MEM, (str(g),), 60e9))
+            out.append((ts, sig.GPU_POWER, (str(g),), 80 + 600 * sm))
+        extra(t, out)
+    out.sort(key=lambda s: s[0])
+    return out
+
+
 def test_a_checkpoint_in_the_middle_of_a_congestion_slowdown_stays_secondary() -> None:
     # F3 / mechanism 8 on the slowdown path (held-out seed 31337, concurrent):
     # the job computes at about half its rate under heavy ECN, then writes a
@@ -438,22 +455,15 @@ def test_a_checkpoint_in_the_middle_of_a_congestion_slowdown_stays_secondary() -
     # so the ECN evidence soon reads "after the onset" as much as the write;
     # what was present when it opened stays the cause.
     totals: dict[str, float] = {}
-    out: list[Sample] = []
-    for k in range(1, 1401):
-        t = float(k)
+
+    def both(t: float, out: list[Sample]) -> None:
         ts = T0 + t + 0.1
-        slow = 1000 <= t < 1100
-        for g in range(8):
-            sm = (0.4 if slow else 0.8) + 0.01 * math.sin(7 * t + g)
-            out.append((ts, sig.GPU_SM, (str(g),), sm))
-            out.append((ts, sig.GPU_MEM, (str(g),), 60e9))
-            out.append((ts, sig.GPU_POWER, (str(g),), 80 + 600 * sm))
         ecn = 40_000.0 if 998 <= t < 1100 else 10.0
         out.append((ts + 0.1, sig.NIC_ECN, ("mlx5_1", "1"), counter(totals, "e", ecn, 1.0)))
         write = 2e9 if 1030 <= t < 1070 else 5e6
         out.append((ts + 0.3, sig.ST_WRITE_BYTES, ("ckpt",), counter(totals, "w", write, 1.0)))
-    out.sort(key=lambda s: s[0])
-    trs = run_replay(out).transitions
+
+    trs = run_replay(_slowed(lambda t: 1000 <= t < 1100, both)).transitions
     assert {(tr.incident.kind, tr.incident.cause) for tr in trs} == {
         ("slowdown", "ecn_congestion")
     }, [tr.incident.summary for tr in trs]
@@ -910,22 +920,14 @@ def test_a_slowdown_resuming_inside_its_congestion_keeps_its_culprit() -> None:
     # culprit port mlx5_1 no longer stood out, and the culprit moved to the
     # port with a trickle of marks).
     totals: dict[str, float] = {}
-    out: list[Sample] = []
-    for k in range(1, 1401):
-        t = float(k)
-        ts = T0 + t + 0.1
-        slow = 1000 <= t < 1200 and not 1100 <= t < 1108
-        for g in range(8):
-            sm = (0.4 if slow else 0.8) + 0.01 * math.sin(7 * t + g)
-            out.append((ts, sig.GPU_SM, (str(g),), sm))
-            out.append((ts, sig.GPU_MEM, (str(g),), 60e9))
-            out.append((ts, sig.GPU_POWER, (str(g),), 80 + 600 * sm))
+
+    def ecn(t: float, out: list[Sample]) -> None:
         on = 995 <= t < 1200
         for dev, marks in (("mlx5_0", 900.0 if t >= 1090 else 5.0), ("mlx5_1", 40_000.0)):
             rate = marks if on else 5.0
-            out.append((ts + 0.1, sig.NIC_ECN, (dev, "1"), counter(totals, dev, rate, 1.0)))
-    out.sort(key=lambda s: s[0])
-    trs = run_replay(out).transitions
+            out.append((T0 + t + 0.2, sig.NIC_ECN, (dev, "1"), counter(totals, dev, rate, 1.0)))
+
+    trs = run_replay(_slowed(lambda t: 1000 <= t < 1200 and not 1100 <= t < 1108, ecn)).transitions
     assert trs, "the slowdown is an incident"
     assert {(tr.incident.cause, tr.incident.culprit.key) for tr in trs} == {
         ("ecn_congestion", "nic:mlx5_1:1")
@@ -956,22 +958,14 @@ def test_a_slowdown_outlasting_its_congestion_keeps_the_culprit_named_while_it_h
     # slowdown goes on after the marks on the culprit port mlx5_1 ended; a
     # re-score then saw only mlx5_0's trickle and handed it the culprit.
     totals: dict[str, float] = {}
-    out: list[Sample] = []
-    for k in range(1, 1401):
-        t = float(k)
-        ts = T0 + t + 0.1
-        slow = 1000 <= t < 1200
-        for g in range(8):
-            sm = (0.4 if slow else 0.8) + 0.01 * math.sin(7 * t + g)
-            out.append((ts, sig.GPU_SM, (str(g),), sm))
-            out.append((ts, sig.GPU_MEM, (str(g),), 60e9))
-            out.append((ts, sig.GPU_POWER, (str(g),), 80 + 600 * sm))
+
+    def ecn(t: float, out: list[Sample]) -> None:
         marks = {"mlx5_0": 900.0 if 995 <= t < 1200 else 5.0}
         marks["mlx5_1"] = 40_000.0 if 995 <= t < 1110 else 5.0
         for dev, rate in marks.items():
-            out.append((ts + 0.1, sig.NIC_ECN, (dev, "1"), counter(totals, dev, rate, 1.0)))
-    out.sort(key=lambda s: s[0])
-    trs = run_replay(out).transitions
+            out.append((T0 + t + 0.2, sig.NIC_ECN, (dev, "1"), counter(totals, dev, rate, 1.0)))
+
+    trs = run_replay(_slowed(lambda t: 1000 <= t < 1200, ecn)).transitions
     assert trs, "the slowdown is an incident"
     assert {(tr.incident.cause, tr.incident.culprit.key) for tr in trs} == {
         ("ecn_congestion", "nic:mlx5_1:1")
