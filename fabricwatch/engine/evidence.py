@@ -1142,8 +1142,8 @@ def _culprit_port(c: Culprit) -> PortKey | None:
 
 def _kept_flowing(ctx: ScoreContext, key: PortKey) -> bool:
     """Whether the port's traffic went on at its usual level (at least its
-    usual low) on every sample wholly inside the onset window, while the
-    stalled GPUs waited: their
+    usual low) on every sample wholly after the onset, while the stalled
+    GPUs waited: their
     job's collectives stopped, so it carries another job's traffic (or a
     frontend network's), whatever the job grouping could tell. Judged on two
     such samples at least; a slowdown's traffic goes on by definition."""
@@ -1152,7 +1152,11 @@ def _kept_flowing(ctx: ScoreContext, key: PortKey) -> bool:
     s = ctx.store.get(sig.NIC_TX_BYTES if key[0] == "nic" else sig.SW_TX_BYTES, key[1:])
     if s is None:
         return False
-    after = window(s, ctx.onset + max(ctx.tick, ctx.spacing), ctx.on_end())
+    # Three samples at least (the onset window is two at 15-30 s spacing),
+    # every one taken while the GPUs still waited: re-scores run only then.
+    sample_s = max(ctx.tick, ctx.spacing)
+    end = min(ctx.now, max(ctx.on_end(), ctx.onset + 3.0 * sample_s))
+    after = window(s, ctx.onset + sample_s, end)
     base = ctx._base(s)
     if len(after.values) < 2 or len(base.values) < 3:
         return False
