@@ -667,6 +667,15 @@ def print_alarms(jobs: list[tuple[int, float, str, float]], outcomes: list[Outco
                     f"  missed seed {seed} {o.variant} {sp:g} s t={t.onset - tg.T0:.1f}: "
                     f"{t.cause} {t.kind} for {t.end - t.onset:.1f} s on GPUs {t.gpus}"
                 )
+            elif (
+                t.end - t.onset >= 3 * sp
+                and found[0].cause == t.cause != "unknown"
+                and found[0].culprit not in t.culprits
+            ):
+                print(
+                    f"  culprit seed {seed} {o.variant} {sp:g} s t={t.onset - tg.T0:.1f}: "
+                    f"{found[0].culprit}, truth {t.culprits[0]} ({t.cause})"
+                )
 
 
 def main() -> None:

@@ -230,6 +230,13 @@ NIC_RATE = MetricSpec(
     "RDMA port link rate in bytes per second.",
     NIC_PORT,
 )
+NIC_GPU_LOCALITY = MetricSpec(
+    "fabricwatch_nic_gpu_locality_info",
+    G,
+    "(=1) a GPU near this port; pci_bus_id in NVML spelling, locality = pcie_switch, "
+    "host_bridge, numa_node or system.",
+    (*NIC_PORT, "pci_bus_id", "locality"),
+)
 
 # --- Checkpoint paths (collectors/storage) -------------------------------------
 ST_PROBE_HIST = MetricSpec(
@@ -303,7 +310,7 @@ SIGNALS: tuple[MetricSpec, ...] = (
     SW_PFC_RATIO, SW_PFC_FRAMES, SW_ECN, SW_PORT_UP, SW_RX_BYTES, SW_TX_BYTES, SW_DISCARDS,
     SW_SPEED,
     NIC_PFC_RATIO, NIC_PFC_FRAMES, NIC_ECN, NIC_CNP_SENT, NIC_CNP_HANDLED, NIC_XMIT_WAIT,
-    NIC_LINK_UP, NIC_LINK_DOWNED, NIC_TX_BYTES, NIC_RX_BYTES, NIC_RATE,
+    NIC_LINK_UP, NIC_LINK_DOWNED, NIC_TX_BYTES, NIC_RX_BYTES, NIC_RATE, NIC_GPU_LOCALITY,
     ST_PROBE_HIST, ST_PROBE_LAST, ST_PROBE_FAIL, ST_WRITE_LAT, ST_WRITE_BYTES, ST_WRITE_BURST,
     ST_WRITE_OPS, NCCL_BUS_BW, NCCL_RAS_MISSING,
 )  # fmt: skip

@@ -54,13 +54,7 @@ INFO = _spec(
     "RDMA port identity (=1): netdev, PCI address, NUMA node and link layer.",
     (*_DP, "netdev", "pci_address", "numa_node", "link_layer"),
 )
-GPU_LOCALITY = _spec(
-    "gpu_locality_info",
-    G,
-    "(=1) a GPU near this port; pci_bus_id in NVML spelling, locality = pcie_switch, "
-    "host_bridge, numa_node or system.",
-    (*_DP, "pci_bus_id", "locality"),
-)
+GPU_LOCALITY = fam.NIC_GPU_LOCALITY
 LINK_RATE = fam.NIC_RATE
 PORT_STATE = _spec(
     "port_state", G, "Logical port state id (1 DOWN, 2 INIT, 3 ARMED, 4 ACTIVE, 5 ACTIVE_DEFER)."

@@ -16,7 +16,7 @@ from fabricwatch.engine import signals as sig
 from fabricwatch.engine.attribution import Attribution, attribute
 from fabricwatch.engine.causes import Cause
 from fabricwatch.engine.db import IncidentDB
-from fabricwatch.engine.evidence import ScoreContext, collect, missing_groups
+from fabricwatch.engine.evidence import Evidence, ScoreContext, collect, missing_groups
 from fabricwatch.engine.incidents import (
     Incident,
     IncidentTransition,
@@ -25,6 +25,7 @@ from fabricwatch.engine.incidents import (
     summarize,
 )
 from fabricwatch.engine.jobs import coactive_groups
+from fabricwatch.engine.port_jobs import PortJobs, assign_ports
 from fabricwatch.engine.settings import EngineSettings
 from fabricwatch.engine.stall import GpuState, StallDetector
 from fabricwatch.engine.windows import HistoryMirrors
@@ -106,6 +107,11 @@ class _Episode:
     lead: float = 0.0
     # Each GPU's job-mates (job labels live, co-activity in replay).
     peers: Mapping[str, frozenset[str]] | None = None
+    # Which job's port each port is, from the same baseline (two jobs only).
+    ports: PortJobs | None = None
+    # The onset of the resolving incident this episode resumes: the evidence
+    # baseline ends there (see ScoreContext.base_onset).
+    base_onset: float | None = None
     # Causes with evidence when the incident opened. A slowdown's evidence
     # windows slide with it, so every cause soon reads as "after the onset";
     # a cause first seen later (a checkpoint in the middle of a congestion
@@ -531,6 +537,23 @@ class Engine:
         names = sorted((g.gpu for g in job), key=_gpu_order)
         return coactive_groups(self.store, names, ep.onset - s.baseline_window, ep.onset - ep.lead)
 
+    def _resumed_from(self, ep: _Episode) -> float | None:
+        """The onset of a resolving incident of the same kind and GPUs that
+        ``ep`` resumes (it began within ``resolve_hold`` of that one's end, or is
+        dated back to before it): a resumption of about an iteration inside
+        one congestion, a link that flaps. The time since that onset is the
+        fault's, not a baseline."""
+        hold = self.settings.resolve_hold
+        onsets = [
+            live.incident.onset - self._offset
+            for live in self._live.values()
+            if live.ended is not None
+            and live.incident.kind == ep.kind
+            and ep.onset - live.ended <= hold
+            and not ep.gpus.isdisjoint(live.incident.gpus)
+        ]
+        return min(*onsets, ep.onset) if onsets else None
+
     def _scope(self, ep: _Episode, now: float) -> frozenset[str]:
         """The stalled job's GPUs: those stalled in the episode, the GPUs of
         their job (process data, live), and job GPUs whose telemetry went
@@ -555,6 +578,12 @@ class Engine:
             ep.lead = self._lead(ep.onset)
         if ep.peers is None:
             ep.peers = self._peers(ep)
+            ep.base_onset = self._resumed_from(ep)
+        if ep.ports is None:
+            base = ep.onset if ep.base_onset is None else ep.base_onset
+            ep.ports = assign_ports(
+                self.store, ep.peers, base - s.baseline_window, base - ep.lead, spacing=self.spacing
+            )
         ctx = ScoreContext(
             self.store,
             replace(s, onset_lead=ep.lead),
@@ -567,6 +596,8 @@ class Engine:
             slowdown=ep.kind == "slowdown",
             peers=ep.peers,
             tick=self.tick_s,
+            ports=ep.ports,
+            base_onset=ep.base_onset,
         )
         job = [g.gpu for g in self.detector.job_gpus()]
         evidence = collect(ctx, job)
@@ -723,8 +754,17 @@ class Engine:
             attr, missing = self._score(ep, now)
             settled = now - ep.onset >= max(5.0, 2.0 * self.spacing, 3.0 * self.tick_s)
             later = ep.kind == "slowdown" and attr.cause not in ep.open_causes | {inc.cause}
+            # A slowdown outlasting its fault (the throughput window lags)
+            # keeps the culprit named while the fault held: fading evidence
+            # of its cause does not hand it to a weaker port.
+            fading = (
+                ep.kind == "slowdown"
+                and attr.cause == inc.cause
+                and _cause_score(attr.evidence, attr.cause) < _cause_score(inc.evidence, inc.cause)
+            )
             if (
                 not later
+                and not fading
                 and (attr.cause is not Cause.UNKNOWN or (settled and may_fall_to_unknown))
                 and (
                     attr.cause != inc.cause
@@ -928,6 +968,11 @@ def _spare(groups: list[list[GpuState]], ratio: float) -> dict[str, list[int]]:
                 return {}
             out[g.gpu] = left
     return out
+
+
+def _cause_score(evidence: Sequence[Evidence], cause: str) -> float:
+    """The strongest evidence score of ``cause``."""
+    return max((e.score for e in evidence if e.cause == cause), default=0.0)
 
 
 def _gpu_order(g: str) -> tuple[int, str]:

@@ -16,6 +16,7 @@ from itertools import pairwise
 
 from fabricwatch.engine import signals as sig
 from fabricwatch.engine.causes import Cause
+from fabricwatch.engine.port_jobs import PortJobs, PortKey, port_key
 from fabricwatch.engine.settings import EngineSettings
 from fabricwatch.engine.signals import Window, mad, median, sustained, window
 from fabricwatch.store import Series, SnapshotStore
@@ -85,6 +86,13 @@ class ScoreContext:
     slowdown: bool = False
     peers: Mapping[str, frozenset[str]] | None = None
     tick: float = 1.0
+    # Which job's port each port is (a node shared by two jobs); None: one job.
+    ports: PortJobs | None = None
+    # Where the baseline ends when not at the onset: an episode that continues
+    # a resolving incident (the fault came back, or a slowdown re-detected in
+    # its middle) is compared with the time before the incident, not with
+    # the fault's own earlier samples.
+    base_onset: float | None = None
 
     def same_job(self, a: str, b: str) -> bool:
         """Whether GPUs ``a`` and ``b`` are job-mates (unknown: yes)."""
@@ -122,10 +130,14 @@ class ScoreContext:
         lead = st.onset_lead
         if self.slowdown and self.reach > 0:
             # A slowdown is going on: its evidence is what the last
-            # throughput window held (and must hold on half of it).
-            on = window(s, max(self.onset - lead, self.now - self.reach), self.now)
-            base = window(s, self.onset - st.baseline_window, self.onset - lead - 0.001)
-            return on, base
+            # throughput window held (and must hold on half of it), from the
+            # onset on. The lead before a stall's onset (the compute phase in
+            # flight) is no part of a slowdown: there it would fill half the
+            # window with the time before the fault, and a second cause that
+            # begins inside the slowdown (a link lost in the middle of an ECN
+            # slowdown) would be all that is left to name.
+            on = window(s, max(self.onset, self.now - self.reach), self.now)
+            return on, self._base(s)
         end = self.on_end()
         sample_s = max(self.tick, self.spacing)
         on = window(s, self.onset - lead, min(self.now, self.onset + 10.0 * sample_s))
@@ -147,8 +159,18 @@ class ScoreContext:
             keep += 1
         if keep < len(on.times):
             on = Window(on.values[:keep], on.times[:keep])
-        base = window(s, self.onset - st.baseline_window, self.onset - lead - 0.001)
-        return on, base
+        return on, self._base(s)
+
+    def _base(self, s: Series) -> Window:
+        """The baseline window of one series: before ``base_onset`` where set
+        and still in the store's history, else before the onset."""
+        st = self.settings
+        for onset in (self.base_onset, self.onset):
+            if onset is not None:
+                base = window(s, onset - st.baseline_window, onset - st.onset_lead - 0.001)
+                if base or onset == self.onset:
+                    return base
+        return Window((), ())
 
     def while_waiting(self, on: Window) -> Window:
         """The samples of an onset window measured while the GPUs waited: those
@@ -164,6 +186,11 @@ class ScoreContext:
     def in_scope(self, gpu: str) -> bool:
         """Whether evidence on ``gpu`` may explain this stall."""
         return not self.scope or gpu in self.scope
+
+    def port(self, key: PortKey) -> str:
+        """Whose port ``key`` is for this stall: ``own`` (or the node's only
+        job's), ``other`` (another job's: never evidence) or ``shared``."""
+        return "own" if self.ports is None else self.ports.verdict(key, self.scope)
 
     def peaks(
         self, family: str, *, lasting: bool = True
@@ -349,7 +376,10 @@ def score_congestion(ctx: ScoreContext) -> list[Evidence]:
     st = ctx.settings
     out: list[Evidence] = []
     for fam, what in _ECN_FAMILIES:
-        rows = list(ctx.peaks(fam))
+        side = "switch" if fam == sig.SW_ECN else "nic"
+        # The stalled job's ports (and shared ones): the other job's
+        # congestion is neither a culprit nor the peer a culprit stands out from.
+        rows = [r for r in ctx.peaks(fam) if ctx.port(port_key(side, r[0])) != "other"]
         hits: list[tuple[float, Evidence]] = []
         for s, peak, b, m in rows:
             if peak < max(st.ecn_min_rate, 3.0 * b, b + 4.0 * m):
@@ -1089,8 +1119,74 @@ def collect(ctx: ScoreContext, job_gpus: Sequence[str]) -> list[Evidence]:
     for scorer in SCORERS:
         out.extend(scorer(ctx))
     out.extend(score_gpu(ctx, job_gpus))
-    out = [replace(e, since=_first_seen(ctx, e)) for e in out]
+    out = [replace(e, since=_first_seen(ctx, e)) for e in _job_ports(ctx, out)]
     out.sort(key=lambda e: (-e.score, e.cause, e.culprit.key, e.family))
+    return out
+
+
+# What a port no job could be told apart on (a node shared by two jobs)
+# loses: it may be either job's, so its evidence explains less.
+_SHARED_PORT_PENALTY = 0.05
+# Share of its usual traffic at or above which a port went on carrying it.
+_FLOWING = 0.7
+
+
+def _culprit_port(c: Culprit) -> PortKey | None:
+    lm = dict(c.labels)
+    if c.kind == "nic_port" and "device" in lm and "port" in lm:
+        return ("nic", lm["device"], lm["port"])
+    if c.kind == "switch_port" and "switch" in lm and "port" in lm:
+        return ("switch", lm["switch"], lm["port"])
+    return None
+
+
+def _kept_flowing(ctx: ScoreContext, key: PortKey) -> bool:
+    """Whether the port's traffic went on at its usual level (at least its
+    usual low) on every sample wholly after the onset, while the stalled
+    GPUs waited: their
+    job's collectives stopped, so it carries another job's traffic (or a
+    frontend network's), whatever the job grouping could tell. Judged on two
+    such samples at least; a slowdown's traffic goes on by definition."""
+    if ctx.slowdown or ctx.min_samples < 2:
+        return False
+    s = ctx.store.get(sig.NIC_TX_BYTES if key[0] == "nic" else sig.SW_TX_BYTES, key[1:])
+    if s is None:
+        return False
+    # Three samples at least (the onset window is two at 15-30 s spacing),
+    # every one taken while the GPUs still waited: re-scores run only then.
+    sample_s = max(ctx.tick, ctx.spacing)
+    end = min(ctx.now, max(ctx.on_end(), ctx.onset + 3.0 * sample_s))
+    after = window(s, ctx.onset + sample_s, end)
+    base = ctx._base(s)
+    if len(after.values) < 2 or len(base.values) < 3:
+        return False
+    # Its usual low (the lower tercile: a communication rhythm's quiet
+    # phase), held on every sample: one idle sample says it went quiet.
+    usual, _ = _baseline(base)
+    return usual > 0 and min(after.values) >= _FLOWING * usual
+
+
+def _job_ports(ctx: ScoreContext, evidence: Sequence[Evidence]) -> list[Evidence]:
+    """Evidence on the other job's ports dropped (it never explains this
+    stall), and on ports whose traffic went on while the GPUs waited; on
+    shared ports scored lower and said so."""
+    out: list[Evidence] = []
+    flowing: dict[PortKey, bool] = {}
+    for e in evidence:
+        key = _culprit_port(e.culprit)
+        whose = "own" if key is None else ctx.port(key)
+        if key is not None and whose != "other":
+            if key not in flowing:
+                flowing[key] = _kept_flowing(ctx, key)
+            if flowing[key]:
+                whose = "other"
+        if whose == "other":
+            continue
+        if whose == "shared":
+            text = f"{e.text} (a port neither job could be told apart on)"
+            out.append(replace(e, score=e.score - _SHARED_PORT_PENALTY, text=text))
+        else:
+            out.append(e)
     return out
 
 

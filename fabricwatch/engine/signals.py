@@ -55,6 +55,7 @@ NIC_LINK_DOWNED = fam.NIC_LINK_DOWNED.name
 NIC_TX_BYTES = fam.NIC_TX_BYTES.name
 NIC_RX_BYTES = fam.NIC_RX_BYTES.name
 NIC_RATE = fam.NIC_RATE.name
+NIC_GPU_LOCALITY = fam.NIC_GPU_LOCALITY.name
 ST_PROBE_HIST = fam.ST_PROBE_HIST.name
 ST_PROBE_LAST = fam.ST_PROBE_LAST.name
 ST_PROBE_FAIL = fam.ST_PROBE_FAIL.name
@@ -90,15 +91,22 @@ SPEED_FAMILIES: frozenset[str] = frozenset({SW_SPEED, NIC_RATE})
 """Port speeds: what turns PFC frames/s into a paused fraction per port
 (speed / (65535 x 512) frames/s hold a priority paused). Replay keeps them."""
 
+PORT_JOB_FAMILIES: frozenset[str] = frozenset({NIC_TX_BYTES, SW_TX_BYTES, NIC_GPU_LOCALITY})
+"""What says which job's port a port is on a node shared by two jobs: its
+transmitted bytes (co-activity with the job's communication phases; a
+collective sends as much as it receives, so one direction is read) and,
+live, the GPUs near it on the PCI topology."""
+
 ENGINE_FAMILIES: frozenset[str] = frozenset(
     {GPU_POWER_LIMIT, GPU_INFO, GPU_MEM, GPU_PROCS, GPU_JOB}.union(
-        *FAMILY_GROUPS.values(), SPEED_FAMILIES
+        *FAMILY_GROUPS.values(), SPEED_FAMILIES, PORT_JOB_FAMILIES
     )
 )
 """Every family the engine reads (tested against what it actually touches).
-Replay stores only these: byte counters of NICs and switch ports are many of a
-node's samples and no scorer reads them. NVLink byte counters are read (the
-throughput-collapse scorer), at up to 18 links x 2 directions per GPU."""
+Replay stores only these. NVLink byte counters are read (the
+throughput-collapse scorer), at up to 18 links x 2 directions per GPU; NIC and
+switch port transmit byte counters too (which job a port carries), receive
+byte counters not."""
 
 
 # Board power (W) of datacenter GPUs by their NVML / dcgm-exporter model name,

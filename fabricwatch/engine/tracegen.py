@@ -5,8 +5,10 @@ engine was developed against) and writes what a new user has: OpenMetrics
 text with **dcgm-exporter and node_exporter names** (no fabricwatch
 families, no switch, no process counts), at a chosen sample spacing, with
 ground truth. The node runs one job on 8 GPUs or two jobs (GPUs 0-3 and
-4-7, each with its own NICs), with a compute/communication rhythm drawn
-per job (compute phases 0.5-8 s), a checkpoint disk of a drawn device
+4-7, each with its own NICs, and in the ``two_jobs`` variant heavy ECN
+marking on the other job's port around half of the faults), with a
+compute/communication rhythm drawn per job (compute phases 0.5-8 s), a
+checkpoint disk of a drawn device
 class, and the ugliness of real exports: window-averaged gauges at 5-30 s,
 missing samples, swapped and duplicated samples, collector gaps, 32-bit
 counter wraps, whole families absent.
@@ -190,6 +192,35 @@ def _draw_events(plan: Plan, node: _Node, r: random.Random) -> list[_Event]:
     return out
 
 
+def _cross_job_congestion(
+    plan: Plan,
+    node: _Node,
+    events: list[_Event],
+    ecn: list[list[float]],
+    cnp_h: list[list[float]],
+) -> None:
+    """Two jobs: heavy ECN marking (and the rate cuts it causes) on a port of
+    the *other* job around half of the faults, from before the fault until
+    after the stall: the other job's own congestion, which DCQCN absorbs
+    (it does not slow that job). Evidence on the other job's port never
+    explains a stall. Drawn from a generator of its own, so every other
+    draw of the trace stays the same."""
+    if plan.variant != "two_jobs" or len(node.jobs) < 2:
+        return
+    rc = random.Random(plan.seed * 7919 + 17)  # noqa: S311 - simulation, not crypto
+    for ev in events:
+        if rc.random() >= 0.5:
+            continue
+        other = node.jobs[(ev.job + 1) % len(node.jobs)]
+        port = other.nics[rc.randrange(len(other.nics))]
+        lo = max(0, math.ceil((ev.start - rc.uniform(5, 30)) / DT))
+        hi = min(len(ecn[port]), math.ceil((ev.start + ev.duration + 60) / DT))
+        rate = rc.uniform(10_000, 60_000)
+        for k in range(lo, hi):
+            ecn[port][k] += rate
+            cnp_h[port][k] += 0.8 * rate
+
+
 def _expected(ev: _Event, plan: Plan) -> str:
     """What an honest engine can say: the cause, or unknown when its family is absent."""
     need = {
@@ -366,6 +397,7 @@ def generate(plan: Plan, write: Callable[[str], object]) -> Plan:
         # Checkpoints (and other bulk writers) write large sequential buffers
         # the block layer merges to max_sectors_kb, ~1 MiB; the rest are small.
         wops[k] = wbytes[k] / (BULK_REQUEST_BYTES if big else node.req0)
+    _cross_job_congestion(plan, node, events, ecn, cnp_h)
     for ev in events:
         if math.isinf(ev.onset):
             continue

@@ -69,8 +69,8 @@ def test_engine_reads_only_engine_families() -> None:
     # The NVLink throughput scorer reads the byte counters...
     assert {sig.NVLINK_TX, sig.NVLINK_RX} <= store.read
     # ...and what replay may skip (many of a node's samples) really is skipped.
-    assert sig.NIC_TX_BYTES not in sig.ENGINE_FAMILIES
-    assert sig.SW_TX_BYTES not in sig.ENGINE_FAMILIES
+    assert sig.NIC_RX_BYTES not in sig.ENGINE_FAMILIES
+    assert sig.SW_RX_BYTES not in sig.ENGINE_FAMILIES
 
 
 def test_replay_skips_unread_families_with_the_same_result() -> None:

@@ -431,6 +431,23 @@ def test_an_nfs_export_named_like_a_disk_keeps_the_remote_latency_floor() -> Non
     assert _latency_floor("nvme0n1", st) == st.storage_latency_min_nvme
 
 
+def _slowed(slow: Callable[[float], bool], extra: Extra) -> list[Sample]:
+    """1400 s of one job on 8 GPUs (1 s samples) computing at half its rate
+    (SM 0.4 instead of 0.8) where ``slow(t)``."""
+    out: list[Sample] = []
+    for k in range(1, 1401):
+        t = float(k)
+        ts = T0 + t + 0.1
+        for g in range(8):
+            sm = (0.4 if slow(t) else 0.8) + 0.01 * math.sin(7 * t + g)
+            out.append((ts, sig.GPU_SM, (str(g),), sm))
+            out.append((ts, sig.GPU_MEM, (str(g),), 60e9))
+            out.append((ts, sig.GPU_POWER, (str(g),), 80 + 600 * sm))
+        extra(t, out)
+    out.sort(key=lambda s: s[0])
+    return out
+
+
 def test_a_checkpoint_in_the_middle_of_a_congestion_slowdown_stays_secondary() -> None:
     # F3 / mechanism 8 on the slowdown path (held-out seed 31337, concurrent):
     # the job computes at about half its rate under heavy ECN, then writes a
@@ -438,22 +455,15 @@ def test_a_checkpoint_in_the_middle_of_a_congestion_slowdown_stays_secondary() -
     # so the ECN evidence soon reads "after the onset" as much as the write;
     # what was present when it opened stays the cause.
     totals: dict[str, float] = {}
-    out: list[Sample] = []
-    for k in range(1, 1401):
-        t = float(k)
+
+    def both(t: float, out: list[Sample]) -> None:
         ts = T0 + t + 0.1
-        slow = 1000 <= t < 1100
-        for g in range(8):
-            sm = (0.4 if slow else 0.8) + 0.01 * math.sin(7 * t + g)
-            out.append((ts, sig.GPU_SM, (str(g),), sm))
-            out.append((ts, sig.GPU_MEM, (str(g),), 60e9))
-            out.append((ts, sig.GPU_POWER, (str(g),), 80 + 600 * sm))
         ecn = 40_000.0 if 998 <= t < 1100 else 10.0
         out.append((ts + 0.1, sig.NIC_ECN, ("mlx5_1", "1"), counter(totals, "e", ecn, 1.0)))
         write = 2e9 if 1030 <= t < 1070 else 5e6
         out.append((ts + 0.3, sig.ST_WRITE_BYTES, ("ckpt",), counter(totals, "w", write, 1.0)))
-    out.sort(key=lambda s: s[0])
-    trs = run_replay(out).transitions
+
+    trs = run_replay(_slowed(lambda t: 1000 <= t < 1100, both)).transitions
     assert {(tr.incident.kind, tr.incident.cause) for tr in trs} == {
         ("slowdown", "ecn_congestion")
     }, [tr.incident.summary for tr in trs]
@@ -754,3 +764,225 @@ def test_storage_causes_over_a_range_of_volumes_request_sizes_and_latencies() ->
         if inc.cause != "storage_latency":
             wrong.append(("slow", vol, req, lat, inc.summary))
     assert wrong == []
+
+
+def test_a_link_lost_inside_an_ecn_slowdown_does_not_replace_its_cause() -> None:
+    # Mechanism 8 on the slowdown path (seed 90014, concurrent, 15 s): a link
+    # goes down in the middle of an ECN slowdown. With a long rhythm the
+    # stall's lead before the onset (one iteration) filled half the
+    # slowdown's window with the time before the congestion, so the marks
+    # held on too few of its samples and the link-down event was all that
+    # was left to name.
+    totals: dict[str, float] = {}
+    out: list[Sample] = []
+    for k in range(1, 1301):
+        t = float(k)
+        ts = T0 + t + 0.1
+        slow = 1000 <= t < 1150
+        level = 0.85 if (t % 20.0) < 14.0 else 0.35
+        for g in range(8):
+            sm = level * (0.5 if slow else 1.0) + 0.01 * math.sin(7 * t + g)
+            out.append((ts, sig.GPU_SM, (str(g),), sm))
+            out.append((ts, sig.GPU_MEM, (str(g),), 60e9))
+            out.append((ts, sig.GPU_POWER, (str(g),), 80 + 600 * sm))
+        ecn = 40_000.0 if slow else 10.0
+        out.append((ts + 0.1, sig.NIC_ECN, ("mlx5_0", "1"), counter(totals, "e", ecn, 1.0)))
+        up = 0.0 if 1012 <= t < 1020 else 1.0
+        out.append((ts + 0.1, sig.NIC_LINK_UP, ("mlx5_0", "1"), up))
+    out.sort(key=lambda s: s[0])
+    trs = run_replay(out).transitions
+    assert trs, "the slowdown is an incident"
+    assert {(tr.incident.kind, tr.incident.cause) for tr in trs} == {
+        ("slowdown", "ecn_congestion")
+    }, [tr.incident.summary for tr in trs]
+
+
+def _two_jobs_with_ports(
+    hang: tuple[float, float], extra: Extra, periods: tuple[float, float] = (7.0, 11.0)
+) -> list[Sample]:
+    """GPUs 0-3 (ports mlx5_0, mlx5_1) and 4-7 (mlx5_2, mlx5_3) run two jobs
+    with their own rhythms (``periods``, 7 s and 11 s), no job labels
+    (replay); each port's traffic follows its job's communication phase.
+    GPUs 0-3 hang inside ``hang`` (and their ports fall silent)."""
+    totals: dict[str, float] = {}
+    out: list[Sample] = []
+    for k in range(1, 1301):
+        t = float(k)
+        ts = T0 + t + 0.1
+        hung = hang[0] <= t < hang[1]
+        comm = {}
+        for j, period in enumerate(periods):
+            comm[j] = (t % period) >= 0.6 * period
+        for g in range(8):
+            j = 0 if g < 4 else 1
+            sm = 0.35 if comm[j] else 0.85
+            if j == 0 and hung:
+                sm = 0.002
+            sm += 0.01 * math.sin(3 * t + g)
+            out.append((ts, sig.GPU_SM, (str(g),), sm))
+            out.append((ts, sig.GPU_MEM, (str(g),), 60e9))
+            out.append((ts, sig.GPU_POWER, (str(g),), 80 + 600 * sm))
+        for n in range(4):
+            j = 0 if n < 2 else 1
+            rate = 5e9 if comm[j] else 2e8
+            if j == 0 and hung:
+                rate = 0.0
+            rate *= 1.0 + 0.05 * math.sin(5 * t + n)
+            dev = f"mlx5_{n}"
+            out.append((ts + 0.2, sig.NIC_TX_BYTES, (dev, "1"), counter(totals, dev, rate, 1.0)))
+        extra(t, out)
+    out.sort(key=lambda s: s[0])
+    return out
+
+
+def test_the_other_jobs_port_storm_or_link_loss_does_not_explain_a_hang() -> None:
+    # Mechanism 4 for ports: job 1 (GPUs 0-3) hangs; on job 2's port
+    # mlx5_2 (its traffic moves with GPUs 4-7 only) a PFC storm begins and
+    # the link drops once, while job 2 works on (its other port carries it).
+    def fault(t: float, out: list[Sample]) -> None:
+        ts = T0 + t + 0.3
+        ratio = 0.95 if 995 <= t < 1060 else 0.01
+        out.append((ts, sig.NIC_PFC_RATIO, ("mlx5_2", "1", "3", "rx"), ratio))
+        out.append((ts, sig.NIC_LINK_UP, ("mlx5_2", "1"), 0.0 if 998 <= t < 1003 else 1.0))
+
+    incs = replay(_two_jobs_with_ports((1000, 1060), fault))
+    assert [i.cause for i in incs] == ["unknown"], [i.summary for i in incs]
+    assert set(incs[0].gpus) == {"0", "1", "2", "3"}
+
+
+def test_a_storm_on_the_stalled_jobs_own_port_is_its_cause() -> None:
+    # The same node; the storm is on job 1's own port mlx5_1.
+    def fault(t: float, out: list[Sample]) -> None:
+        ratio = 0.95 if 995 <= t < 1060 else 0.01
+        out.append((T0 + t + 0.3, sig.NIC_PFC_RATIO, ("mlx5_1", "1", "3", "rx"), ratio))
+
+    incs = replay(_two_jobs_with_ports((1000, 1060), fault))
+    assert [(i.cause, i.culprit.key) for i in incs] == [("pfc_storm", "nic:mlx5_1:1:3")], [
+        i.summary for i in incs
+    ]
+
+
+def test_ecn_culprit_is_compared_with_its_own_jobs_ports() -> None:
+    # Mechanism 7 on a two-job node: job 2's port mlx5_3 sees heavier marks
+    # (its own congestion, unrelated); of job 1's ports mlx5_1 stands out.
+    totals: dict[str, float] = {}
+
+    def ecn(t: float, out: list[Sample]) -> None:
+        on = 990 <= t < 1060
+        ts = T0 + t + 0.3
+        for dev, marks in (("mlx5_0", 400.0), ("mlx5_1", 60_000.0), ("mlx5_3", 200_000.0)):
+            rate = marks if on else 5.0
+            out.append((ts, sig.NIC_ECN, (dev, "1"), counter(totals, dev + "e", rate, 1.0)))
+            handled = 45_000.0 if on else 5.0
+            out.append(
+                (ts, sig.NIC_CNP_HANDLED, (dev, "1"), counter(totals, dev + "h", handled, 1.0))
+            )
+
+    incs = replay(_two_jobs_with_ports((1000, 1060), ecn))
+    assert [(i.cause, i.culprit.key) for i in incs] == [("ecn_congestion", "nic:mlx5_1:1")], [
+        i.summary for i in incs
+    ]
+    assert not [e for e in incs[0].evidence if e.culprit.key == "nic:mlx5_3:1"]
+
+
+def test_live_pci_locality_puts_a_port_in_its_gpus_job() -> None:
+    # Live: job labels and the NIC collector's PCI topology, no port traffic.
+    # mlx5_2 sits on the PCIe switch of GPUs 4 and 5 (the other job): its
+    # storm does not explain the hang of GPUs 0-3; mlx5_0's would.
+    def labelled(storm_port: str) -> list[Sample]:
+        def extra(t: float, out: list[Sample]) -> None:
+            ts = T0 + t + 0.3
+            for g in range(8):
+                bus = f"00000000:{0x18 + g:02X}:00.0"
+                out.append((ts, sig.GPU_INFO, (str(g), f"GPU-{g}", "NVIDIA H100", bus), 1.0))
+                out.append((ts, sig.GPU_JOB, (str(g), "a" if g < 4 else "b"), 1.0))
+            for n in range(4):
+                for g in (2 * n, 2 * n + 1):
+                    bus = f"00000000:{0x18 + g:02x}:00.0"  # lower case: the spelling differs
+                    labels = (f"mlx5_{n}", "1", bus, "pcie_switch")
+                    out.append((ts, sig.NIC_GPU_LOCALITY, labels, 1.0))
+            ratio = 0.95 if 995 <= t < 1060 else 0.01
+            out.append((ts, sig.NIC_PFC_RATIO, (storm_port, "1", "3", "rx"), ratio))
+
+        return node(1.0, 1200, (1000, 1060), stalled=range(4), extra=extra)
+
+    incs = replay(labelled("mlx5_2"))
+    assert [i.cause for i in incs] == ["unknown"], [i.summary for i in incs]
+    incs = replay(labelled("mlx5_0"))
+    assert [(i.cause, i.culprit.key) for i in incs] == [("pfc_storm", "nic:mlx5_0:1:3")]
+
+
+def test_a_slowdown_resuming_inside_its_congestion_keeps_its_culprit() -> None:
+    # Seed 90007 two_jobs 5 s: the job runs at full speed for a few seconds
+    # in the middle of an ECN slowdown, and the slowdown that follows
+    # continues the same incident. Its evidence baseline is the time before
+    # the incident, not the congestion's own first minutes (against those the
+    # culprit port mlx5_1 no longer stood out, and the culprit moved to the
+    # port with a trickle of marks).
+    totals: dict[str, float] = {}
+
+    def ecn(t: float, out: list[Sample]) -> None:
+        on = 995 <= t < 1200
+        for dev, marks in (("mlx5_0", 900.0 if t >= 1090 else 5.0), ("mlx5_1", 40_000.0)):
+            rate = marks if on else 5.0
+            out.append((T0 + t + 0.2, sig.NIC_ECN, (dev, "1"), counter(totals, dev, rate, 1.0)))
+
+    trs = run_replay(_slowed(lambda t: 1000 <= t < 1200 and not 1100 <= t < 1108, ecn)).transitions
+    assert trs, "the slowdown is an incident"
+    assert {(tr.incident.cause, tr.incident.culprit.key) for tr in trs} == {
+        ("ecn_congestion", "nic:mlx5_1:1")
+    }, [tr.incident.summary for tr in trs]
+
+
+def test_a_storm_on_a_port_no_job_stands_out_on_explains_with_lower_confidence() -> None:
+    # node_exporter's ethtool names the netdev (eth0), which has no traffic
+    # series to tell its job by: shared, so it may explain either job's
+    # stall, with less confidence than on the job's own port.
+    def storm(port: str) -> Extra:
+        def fault(t: float, out: list[Sample]) -> None:
+            ratio = 0.95 if 995 <= t < 1060 else 0.01
+            out.append((T0 + t + 0.3, sig.NIC_PFC_RATIO, (port, "1", "3", "rx"), ratio))
+
+        return fault
+
+    shared = replay(_two_jobs_with_ports((1000, 1060), storm("eth0")))
+    own = replay(_two_jobs_with_ports((1000, 1060), storm("mlx5_0")))
+    assert [(i.cause, i.culprit.key) for i in shared] == [("pfc_storm", "nic:eth0:1:3")]
+    assert "neither job" in shared[0].evidence[0].text
+    assert [i.cause for i in own] == ["pfc_storm"]
+    assert shared[0].confidence < own[0].confidence
+
+
+def test_a_slowdown_outlasting_its_congestion_keeps_the_culprit_named_while_it_held() -> None:
+    # Seed 90014 concurrent 15 s: the job's throughput window lags, so the
+    # slowdown goes on after the marks on the culprit port mlx5_1 ended; a
+    # re-score then saw only mlx5_0's trickle and handed it the culprit.
+    totals: dict[str, float] = {}
+
+    def ecn(t: float, out: list[Sample]) -> None:
+        marks = {"mlx5_0": 900.0 if 995 <= t < 1200 else 5.0}
+        marks["mlx5_1"] = 40_000.0 if 995 <= t < 1110 else 5.0
+        for dev, rate in marks.items():
+            out.append((T0 + t + 0.2, sig.NIC_ECN, (dev, "1"), counter(totals, dev, rate, 1.0)))
+
+    trs = run_replay(_slowed(lambda t: 1000 <= t < 1200, ecn)).transitions
+    assert trs, "the slowdown is an incident"
+    assert {(tr.incident.cause, tr.incident.culprit.key) for tr in trs} == {
+        ("ecn_congestion", "nic:mlx5_1:1")
+    }, [tr.incident.summary for tr in trs]
+
+
+def test_congestion_on_a_port_that_kept_its_traffic_does_not_explain_a_hang() -> None:
+    # Two jobs in step (the same rhythm: co-activity cannot tell them apart,
+    # nor their ports). GPUs 0-3 hang; mlx5_2 sees heavy ECN marks but keeps
+    # carrying its usual traffic while they wait: it is not their port.
+    totals: dict[str, float] = {}
+
+    def ecn(t: float, out: list[Sample]) -> None:
+        rate = 40_000.0 if 990 <= t < 1060 else 5.0
+        total = counter(totals, "e", rate, 1.0)
+        out.append((T0 + t + 0.3, sig.NIC_ECN, ("mlx5_2", "1"), total))
+
+    incs = replay(_two_jobs_with_ports((1000, 1060), ecn, periods=(7.0, 7.0)))
+    assert [i.cause for i in incs] == ["unknown"], [i.summary for i in incs]
+    assert set(incs[0].gpus) == {"0", "1", "2", "3"}

@@ -462,7 +462,7 @@ def test_cli_lists_every_unused_family(tmp_path: Path, capsys: pytest.CaptureFix
     t0 = min(r.ts or 0.0 for r in scenario)
     readings = [
         *scenario,
-        *(Reading(sig.NIC_TX_BYTES, ("mlx5_9", "1"), float(k), ts=t0 + k) for k in range(5)),
+        *(Reading(sig.NIC_RX_BYTES, ("mlx5_9", "1"), float(k), ts=t0 + k) for k in range(5)),
     ]
     write_openmetrics(readings, buf.write)
     text = buf.getvalue().removesuffix("# EOF\n")
@@ -477,7 +477,7 @@ def test_cli_lists_every_unused_family(tmp_path: Path, capsys: pytest.CaptureFix
     summary = json.loads(cap.err.strip().splitlines()[-1])
     assert summary["schema"] == "fabricwatch.replay-summary/v1"
     assert summary["unmapped"] == {"node_cpu_seconds_total": 4}
-    assert summary["mapped_not_read"][sig.NIC_TX_BYTES] > 0
+    assert summary["mapped_not_read"][sig.NIC_RX_BYTES] > 0
     assert summary["dropped"] == {"dcgm_blank": 1}
     assert summary["spacing_seconds"] == 1.0 and summary["spacing_warning"] == ""
     human = "\n".join(cap.err.strip().splitlines()[:-1])

@@ -57,7 +57,7 @@ def _catalogue() -> dict[str, tuple[str, tuple[str, ...]]]:
 
 def test_exports_the_signal_catalogue_exactly() -> None:
     cat = _catalogue()
-    assert "fabricwatch_nic_receive_bytes" in cat and len(cat) == 11
+    assert "fabricwatch_nic_receive_bytes" in cat and len(cat) == 12
     specs = {s.name: s for s in METRICS}
     for name, (kind, labels) in cat.items():
         assert name in specs, name
