@@ -809,9 +809,9 @@ class Engine:
         clear = self._clear.get("stall", -math.inf)
         seen = dict(self._idle_at_clear)
         hold = self._eff.end_after
-        # Samples slower than the tick are interval averages: a stall that
-        # began inside the last one before the clear tick began before it.
-        slack = self.spacing if self.spacing > 2 * self.tick_s else 0.0
+        # Samples are interval averages: a stall that began inside the last
+        # one before the clear tick began before it.
+        slack = self.spacing
         trusted = [
             g.idle_since
             for g in bad

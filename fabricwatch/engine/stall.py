@@ -243,13 +243,12 @@ class StallDetector:
             st.recent.clear()
         if idle and not st.idle:
             st.idle_since = ts
-            # A sample slower than the tick is an average over its interval:
-            # one at under half the GPU's normal work, just before the first
-            # idle one, had the stall start inside it.
+            # A sample is an average over its interval (SM activity is, at 1 s
+            # as at 30 s): one at under half the GPU's normal work, just
+            # before the first idle one, had the stall start inside it.
             sp = self._spacing
             if (
-                sp > 2 * self._tick
-                and before is not None
+                before is not None
                 and st.baseline
                 and before < 0.5 * st.baseline
                 and ts - before_ts <= 1.5 * sp
