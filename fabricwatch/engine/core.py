@@ -119,9 +119,10 @@ class _Episode:
     # a cause first seen later (a checkpoint in the middle of a congestion
     # slowdown) is secondary evidence and never replaces these.
     open_causes: frozenset[Cause] = frozenset()
-    # Whether a GPU of this slowdown read slow on its work signal alone
-    # (below slow_ratio of its baseline), not only on the throughput check.
-    deep: bool = False
+    # Whether this slowdown kept the job's work above slow_ratio, judged once
+    # its run filled a throughput window (None before): its tail, work
+    # coming back into the window, never makes a deep one shallow.
+    shallow: bool | None = None
 
 
 class Engine:
@@ -655,7 +656,6 @@ class Engine:
             self._rejoin(ep, min(g.slow_since for g in bad))
         lost = dt * sum(g.lost_work() for g in bad)
         grew, latest = self._extend(ep, bad, now, lost)
-        ep.deep = ep.deep or any(g.slow for g in bad)
         if ep.live is not None:
             self._continue(ep, ep.live, lost, grew, now=now, out=out, may_fall_to_unknown=False)
         elif latest - ep.onset >= s.min_duration and now >= ep.next_score:
@@ -675,11 +675,25 @@ class Engine:
         for a whole throughput window (a dip or a beat of the rhythm is
         shorter). The incident names the counters this node does not read."""
         s = self._eff
-        return (
-            not ep.deep
-            and "congestion" in missing
-            and latest - ep.run_onset >= max(s.min_duration, self._comm_window())
-        )
+        w = self._comm_window()
+        if "congestion" not in missing or latest - ep.run_onset < max(s.min_duration, w):
+            return False
+        if ep.shallow is None:
+            ep.shallow = self._kept_working(ep, latest, w)
+        return ep.shallow
+
+    def _kept_working(self, ep: _Episode, latest: float, w: float) -> bool:
+        """Whether the median GPU of the episode worked at ``slow_ratio`` of
+        its history or more over the latest throughput window ``w``."""
+        s = self._eff
+        chunks = max(4, int(2.0 * s.baseline_window // w))
+        ratios: list[float] = []
+        for gpu in sorted(ep.gpus, key=_gpu_order):
+            work = self.store.get(sig.GPU_SM, (gpu,)) or self.store.get(sig.GPU_POWER, (gpu,))
+            change = _change([work] if work is not None else [], latest, w, chunks)
+            if change is not None:
+                ratios.append(change.ratio)
+        return bool(ratios) and sig.median(ratios) >= s.slow_ratio
 
     def _quiet(self, ep: _Episode | None, kind: str, now: float) -> _Episode | None:
         """A tick without bad GPUs: the run breaks, and the episode ends once
