@@ -618,8 +618,13 @@ class Engine:
             self._continue(ep, ep.live, lost, grew, now=now, out=out, may_fall_to_unknown=True)
             return ep
         # Measured on samples, not ticks: a GPU whose next samples are
-        # missing must not look idle for longer than it was seen idle.
+        # missing must not look idle for longer than it was seen idle. At
+        # samples as fast as the tick, from the first idle one: the partial
+        # sample before it dates the onset but is no poll of the fast path
+        # (a 1-2 s dip and a write burst are no checkpoint stall).
         duration = latest - ep.onset
+        if self.spacing <= 2 * self.tick_s:
+            duration = latest - max(ep.onset, min(g.idle_seen for g in bad))
         if duration < s.min_duration_with_evidence:
             # Evidence before the onset is credited as one poll.
             credit = max(self.tick_s, self.spacing)

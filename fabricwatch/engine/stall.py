@@ -36,6 +36,9 @@ class GpuState:
     active_for: float = 0.0
     idle: bool = False
     idle_since: float = 0.0
+    # The first idle sample of this idle run (idle_since may be the partial
+    # sample before it, which the stall began in).
+    idle_seen: float = 0.0
     last_active: float = -math.inf
     work: float | None = None
     signal: str = ""
@@ -242,7 +245,7 @@ class StallDetector:
             # coming back from a stall is not slow.
             st.recent.clear()
         if idle and not st.idle:
-            st.idle_since = ts
+            st.idle_since = st.idle_seen = ts
             # A sample is an average over its interval (SM activity is, at 1 s
             # as at 30 s): one at under half the GPU's normal work, just
             # before the first idle one, had the stall start inside it.

@@ -52,3 +52,22 @@ def test_a_sample_at_more_than_half_the_work_is_no_part_of_the_stall() -> None:
     # Worked more than half of it: the stall began at the next sample (or in
     # its last moments, which the next sample holds).
     assert _onsets(_hang(1.0, partial=0.6)) == [("gpu_fault", 101.1)]
+
+
+def test_a_partial_and_one_idle_sample_with_a_write_burst_are_no_checkpoint_stall() -> None:
+    # The partial sample dates the onset; it is no poll of the fast path. A
+    # 1.5 s dip seen as one partial and one idle sample, with a write burst
+    # around it, opened a checkpoint_write stall (held-out 31351,
+    # concurrent, 1 s) when the partial sample counted as the first poll.
+    out: list[Sample] = []
+    total = 0.0
+    for k in range(1, 200):
+        ts = T0 + k + 0.1
+        for g in range(8):
+            sm = {100: 0.3, 101: 0.003}.get(k, 0.8)
+            out.append((ts, sig.GPU_SM, (str(g),), sm))
+            out.append((ts, sig.GPU_MEM, (str(g),), 60e9))
+        total += 2e9 if 99 <= k < 103 else 5e6
+        out.append((ts + 0.3, sig.ST_WRITE_BYTES, ("ckpt",), total))
+    out.sort(key=lambda s: s[0])
+    assert _onsets(out) == []
