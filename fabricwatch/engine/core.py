@@ -119,10 +119,6 @@ class _Episode:
     # a cause first seen later (a checkpoint in the middle of a congestion
     # slowdown) is secondary evidence and never replaces these.
     open_causes: frozenset[Cause] = frozenset()
-    # Whether this slowdown kept the job's work above slow_ratio, judged once
-    # its run filled a throughput window (None before): its tail, work
-    # coming back into the window, never makes a deep one shallow.
-    shallow: bool | None = None
 
 
 class Engine:
@@ -648,9 +644,7 @@ class Engine:
         out: list[IncidentTransition],
     ) -> _Episode | None:
         """One tick of the slowdown path. Slowdowns without evidence are not
-        incidents (evaluation phases, data loading): only attributed ones
-        open, and on a node blind to congestion the long ones
-        (:meth:`_unseen_slowdown`)."""
+        incidents (evaluation phases, data loading): only attributed ones open."""
         s = self._eff
         if not bad:
             return self._quiet(ep, "slowdown", now)
@@ -666,39 +660,9 @@ class Engine:
         elif latest - ep.onset >= s.min_duration and now >= ep.next_score:
             attr, missing = self._score(ep, now)
             ep.next_score = now + s.rescore_every
-            if attr.cause is not Cause.UNKNOWN or self._unseen_slowdown(ep, latest, missing):
+            if attr.cause is not Cause.UNKNOWN:
                 self._open(ep, attr, missing, bad, now=now, out=out)
         return ep
-
-    def _unseen_slowdown(self, ep: _Episode, latest: float, missing: tuple[str, ...]) -> bool:
-        """Whether a slowdown nothing explains is ``unknown`` rather than no
-        incident: a shallow one (the job's communication throughput or
-        rhythm slowed while its work stayed above ``slow_ratio``: the shape
-        of a congested exchange, where an evaluation phase or data loading
-        cuts the work itself) on a node that reads no congestion counters
-        (ECN marks, CNPs: the evidence of what slows an exchange), unbroken
-        for a whole throughput window (a dip or a beat of the rhythm is
-        shorter). The incident names the counters this node does not read."""
-        s = self._eff
-        w = self._comm_window()
-        if "congestion" not in missing or latest - ep.run_onset < max(s.min_duration, w):
-            return False
-        if ep.shallow is None:
-            ep.shallow = self._kept_working(ep, latest, w)
-        return ep.shallow
-
-    def _kept_working(self, ep: _Episode, latest: float, w: float) -> bool:
-        """Whether the median GPU of the episode worked at ``slow_ratio`` of
-        its history or more over the latest throughput window ``w``."""
-        s = self._eff
-        chunks = max(4, int(2.0 * s.baseline_window // w))
-        ratios: list[float] = []
-        for gpu in sorted(ep.gpus, key=_gpu_order):
-            work = self.store.get(sig.GPU_SM, (gpu,)) or self.store.get(sig.GPU_POWER, (gpu,))
-            change = _change([work] if work is not None else [], latest, w, chunks)
-            if change is not None:
-                ratios.append(change.ratio)
-        return bool(ratios) and sig.median(ratios) >= s.slow_ratio
 
     def _quiet(self, ep: _Episode | None, kind: str, now: float) -> _Episode | None:
         """A tick without bad GPUs: the run breaks, and the episode ends once
