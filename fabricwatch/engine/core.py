@@ -614,13 +614,8 @@ class Engine:
             self._continue(ep, ep.live, lost, grew, now=now, out=out, may_fall_to_unknown=True)
             return ep
         # Measured on samples, not ticks: a GPU whose next samples are
-        # missing must not look idle for longer than it was seen idle. At
-        # samples as fast as the tick, from the first idle one: the partial
-        # sample before it dates the onset but is no poll of the fast path
-        # (a 1-2 s dip and a write burst are no checkpoint stall).
+        # missing must not look idle for longer than it was seen idle.
         duration = latest - ep.onset
-        if self.spacing <= 2 * self.tick_s:
-            duration = latest - max(ep.onset, min(g.idle_seen for g in bad))
         if duration < s.min_duration_with_evidence:
             # Evidence before the onset is credited as one poll.
             credit = max(self.tick_s, self.spacing)
@@ -792,9 +787,9 @@ class Engine:
         clear = self._clear.get("stall", -math.inf)
         seen = dict(self._idle_at_clear)
         hold = self._eff.end_after
-        # Samples are interval averages: a stall that began inside the last
-        # one before the clear tick began before it.
-        slack = self.spacing
+        # Samples slower than the tick are interval averages: a stall that
+        # began inside the last one before the clear tick began before it.
+        slack = self.spacing if self.spacing > 2 * self.tick_s else 0.0
         trusted = [
             g.idle_since
             for g in bad

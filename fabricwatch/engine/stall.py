@@ -36,9 +36,6 @@ class GpuState:
     active_for: float = 0.0
     idle: bool = False
     idle_since: float = 0.0
-    # The first idle sample of this idle run (idle_since may be the partial
-    # sample before it, which the stall began in).
-    idle_seen: float = 0.0
     last_active: float = -math.inf
     work: float | None = None
     signal: str = ""
@@ -245,13 +242,14 @@ class StallDetector:
             # coming back from a stall is not slow.
             st.recent.clear()
         if idle and not st.idle:
-            st.idle_since = st.idle_seen = ts
-            # A sample is an average over its interval (SM activity is, at 1 s
-            # as at 30 s): one at under half the GPU's normal work, just
-            # before the first idle one, had the stall start inside it.
+            st.idle_since = ts
+            # A sample slower than the tick is an average over its interval:
+            # one at under half the GPU's normal work, just before the first
+            # idle one, had the stall start inside it.
             sp = self._spacing
             if (
-                before is not None
+                sp > 2 * self._tick
+                and before is not None
                 and st.baseline
                 and before < 0.5 * st.baseline
                 and ts - before_ts <= 1.5 * sp
