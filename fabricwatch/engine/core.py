@@ -9,7 +9,7 @@ them, so nothing downstream ever sees an incident that is not on disk.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from fabricwatch.engine import signals as sig
@@ -57,6 +57,15 @@ STALL_COST = MetricSpec(
     "Money lost to incidents (GPU-seconds x cost_per_gpu_hour / 3600), by cause.",
     ("cause",),
 )
+
+# A rhythm is a swing of the work signal by at least this share of its high
+# level: the compute/communication cycle of a job sampled faster than it
+# iterates swings by a third or more; sampling noise, or a rhythm averaged
+# away inside each sample, by a few per cent (its crossings are no iteration).
+_RHYTHM_SWING = 0.2
+# The least drop of a job's throughput or work over its own history that is
+# a slowdown, however steady the history.
+_MIN_DROP = 0.05
 
 # The order metric series are written in (the causes as they were listed
 # before the enumeration, so the exposition stays byte for byte the same).
@@ -168,11 +177,15 @@ class Engine:
         # Communication-throughput slowdown: when it was last checked, the GPUs
         # found slow, and since when.
         self._comm_checked = -math.inf
+        self._comm_slot = math.nan  # the sample slot of the last check
         self._comm_gpus: list[GpuState] = []
         self._comm_since = 0.0
         self._stall_end = -math.inf
-        self._rhythm_s = 0.0  # the job's iteration period, as last measured
+        # The job's iteration period as last measured (0 where none shows),
+        # re-measured once a minute on the absolute clock.
+        self._rhythm_s = 0.0
         self._rhythm_at = -math.inf
+        self._rhythm_slot = math.nan
         # Job membership by co-activity (no job labels), as last derived.
         self._groups: list[frozenset[str]] = []
         self._groups_of: tuple[str, ...] = ()
@@ -332,8 +345,9 @@ class Engine:
 
     def _comm_window(self) -> float:
         """Seconds over which communication throughput is averaged: four
-        iterations of the job's rhythm (at least 30 s, 4 samples), so the
-        compute/communication cycle cancels out."""
+        iterations of the job's rhythm where it shows (at least 30 s, 4
+        samples), so the compute/communication cycle cancels out. A rhythm
+        that does not show is averaged inside each sample already."""
         return max(30.0, 4.0 * self.spacing, 4.0 * self._rhythm_s)
 
     def _job_groups(self, job: list[GpuState], now: float) -> list[list[GpuState]]:
@@ -387,29 +401,37 @@ class Engine:
         return best
 
     def _comm_slow(self, groups: list[list[GpuState]], now: float) -> list[GpuState]:
-        """Job GPUs whose NVLink throughput fell below ``slow_ratio`` of their
-        own baseline (a shallow slowdown: all-reduce 30-70 % slower while SM
-        activity, busy through the longer communication phase, barely moves),
-        in the jobs where ``slow_gpus_ratio`` of the GPUs show it.
+        """Job GPUs whose communication throughput (NVLink) or work (SM
+        activity, else power) fell below their own history while the other
+        did not rise (a shallow slowdown: all-reduce 30-70 % slower while SM
+        activity, busy through the longer communication phase, barely moves
+        and stays above ``slow_ratio``), in the jobs where
+        ``slow_gpus_ratio`` of the GPUs show it. Less traffic with more work
+        is a change in the iteration's mix (fewer or shorter exchanges), and
+        less work with more traffic one the other way: no work is lost.
 
-        Checked once a sample (it reads a window of rates per GPU); the
-        result holds between checks.
+        Checked once a sample, in slots of the sample spacing on the absolute
+        clock (an engine started earlier or later checks at the same ticks);
+        the result holds between checks.
         """
         s = self._eff
         job = [g for grp in groups for g in grp]
-        # Both schedules on the absolute clock (a check per sample slot, the
-        # rhythm once a minute), not chained from this engine's first check:
-        # an engine started earlier or later (replay --jobs spans) checks
-        # and measures at the very same ticks.
-        step = max(self.tick_s, self.spacing)
-        if now // step == self._comm_checked // step:
+        slot = now // max(self.tick_s, self.spacing)
+        if slot == self._comm_slot:
             return self._comm_gpus
+        self._comm_slot = slot
         self._comm_checked = now
-        if now // 60.0 != self._rhythm_at // 60.0:
+        # Not while a slowdown goes on: the job's own rhythm is the one before.
+        rhythm_slot = now // 60.0
+        if rhythm_slot != self._rhythm_slot and self._slow is None:
+            self._rhythm_slot = rhythm_slot
             self._rhythm_at = now
-            self._rhythm_s = self._rhythm(now)
+            self._rhythm_s = self._measured_rhythm(now)
         w = self._comm_window()
-        chunks = max(3, int(s.baseline_window // w))
+        # Two baseline windows of history: the spread of its window means is
+        # what the drop must stand out from, and from three or four of them
+        # it is itself mostly noise.
+        chunks = max(4, int(2.0 * s.baseline_window // w))
         out: list[GpuState] = []
         per_link: dict[str, list[Series]] | None = None  # grouped once, when needed
         spare = _spare(groups, s.slow_gpus_ratio)
@@ -429,28 +451,22 @@ class Engine:
                 links = per_link.get(g.gpu, [])
             if self._idled(g, now - w, now):
                 continue
-            recent = 0.0
-            history = [0.0] * chunks
-            ok = bool(links)
-            for x in links:
-                means = self._windows.chunk_means(x, now, w, chunks)
-                if means is None:
-                    ok = False
-                    break
-                recent += means[0]
-                # Summed link by link in the same order as a loop over j.
-                history = [h + m for h, m in zip(history, means[1:], strict=True)]
-            if not ok:
-                continue
-            base = sig.median(history)
-            if base < s.nvlink_min_bytes:
-                continue
-            # A drop that stands out from how much the job's own throughput
-            # varies from window to window (3 sigma, at least 10 %), and never
-            # more than slow_ratio asks of SM activity.
-            spread = sig.mad(history, base) / base
-            drop = min(1.0 - s.slow_ratio, max(0.1, 3.0 * spread))
-            if recent < (1.0 - drop) * base:
+            means = self._windows.chunk_means
+            traffic = _change(means, links, now, w, chunks, floor=s.nvlink_min_bytes)
+            work_series = self.store.get(sig.GPU_SM, (g.gpu,)) or self.store.get(
+                sig.GPU_POWER, (g.gpu,)
+            )
+            work = _change(means, [work_series] if work_series is not None else [], now, w, chunks)
+            limit = 1.0 - s.slow_ratio
+            if (
+                traffic is not None
+                and traffic.fell(limit)
+                and not (work is not None and work.rose())
+            ) or (
+                work is not None
+                and work.fell(limit)
+                and not (traffic is not None and traffic.rose())
+            ):
                 out.append(g)
                 if left is not None:
                     left[0] += 1
@@ -503,26 +519,27 @@ class Engine:
         return max(self._eff.onset_lead, min(self._rhythm(onset), 60.0) + self.spacing)
 
     def _rhythm(self, until: float) -> float:
+        """The job's iteration period before ``until``; where it cannot be
+        measured (flat, or sampled slower than it oscillates) it is at most
+        two samples (the Nyquist bound), and that is used."""
+        return max(self._measured_rhythm(until), 2.0 * self.spacing)
+
+    def _measured_rhythm(self, until: float) -> float:
         """The job's iteration period, measured on the job GPUs' work signal
-        before ``until``; where it cannot be (flat, or sampled slower than it
-        oscillates) it is at most two samples (the Nyquist bound), and that
-        is used."""
+        over the baseline window before ``until`` (0 where it does not show)."""
         s = self._eff
-        sp = self.spacing
-        onset = until
         periods: list[float] = []
         for g in self.detector.job_gpus():
             for fam in (sig.GPU_SM, sig.GPU_POWER):
                 series = self.store.get(fam, (g.gpu,))
                 if series is None:
                     continue
-                w = sig.window(series, onset - s.baseline_window, onset - 1e-3)
-                p = sig.iteration_period(w.values, w.times)
+                w = sig.window(series, until - s.baseline_window, until - 1e-3)
+                p = sig.iteration_period(w.values, w.times, min_swing=_RHYTHM_SWING)
                 if p is not None:
                     periods.append(p)
                 break
-        rhythm = sig.median(periods) if periods else 0.0
-        return rhythm if rhythm >= 2 * sp else 2 * sp
+        return sig.median(periods) if periods else 0.0
 
     def _peers(self, ep: _Episode) -> Mapping[str, frozenset[str]]:
         """Each job GPU's job-mates: by job label where the GPUs have one,
@@ -942,6 +959,53 @@ class Engine:
             inc = replace(live.incident, state="resolved", resolved_at=self._wall(now))
             inc = self._revise(inc, now)
             out.append(IncidentTransition("resolved", self._wall(now), inc))
+
+
+@dataclass(frozen=True, slots=True)
+class _Change:
+    """A series' mean over the latest window against its own history."""
+
+    ratio: float  # latest window mean / median of the history's window means
+    noise: float  # 3 sigma of the history's window means, relative to their median
+
+    def fell(self, limit: float) -> bool:
+        """Below the history by more than its noise (at least 5 %; never
+        more asked than ``limit``, what ``slow_ratio`` asks of SM activity)."""
+        return self.ratio < 1.0 - min(limit, max(_MIN_DROP, self.noise))
+
+    def rose(self) -> bool:
+        """Above the history by more than its noise (2-5 %): a few windows of
+        a changed mix already in the history must not hide it."""
+        return self.ratio > 1.0 + min(0.05, max(0.02, self.noise))
+
+
+def _change(
+    chunk_means: Callable[[Series, float, float, int], list[float] | None],
+    series: Sequence[Series],
+    now: float,
+    width: float,
+    chunks: int,
+    *,
+    floor: float = 0.0,
+) -> _Change | None:
+    """The summed mean of ``series`` over the latest ``width`` against the
+    ``chunks`` windows before it (read by ``chunk_means``, as
+    :func:`signals.chunk_means`); None without the data or below ``floor``."""
+    if not series:
+        return None
+    recent = 0.0
+    history = [0.0] * chunks
+    for x in series:
+        means = chunk_means(x, now, width, chunks)
+        if means is None:
+            return None
+        recent += means[0]
+        # Summed series by series in the same order as a loop over j.
+        history = [h + m for h, m in zip(history, means[1:], strict=True)]
+    base = sig.median(history)
+    if base <= floor or base <= 0:
+        return None
+    return _Change(recent / base, 3.0 * sig.mad(history, base) / base)
 
 
 def _same_culprit(inc: Incident, attr: Attribution) -> bool:

@@ -340,15 +340,22 @@ def sustained(values: Sequence[float]) -> float:
     return second
 
 
-def iteration_period(values: Sequence[float], times: Sequence[float]) -> float | None:
+def iteration_period(
+    values: Sequence[float], times: Sequence[float], *, min_swing: float = 0.0
+) -> float | None:
     """The job's rhythm (seconds per iteration) from a work or traffic series:
     the mean interval between up-crossings of its mid-level, with hysteresis.
     None when fewer than three crossings show (a flat series, or one
-    sampled slower than it oscillates)."""
+    sampled slower than it oscillates), or when the series swings (10th to
+    90th percentile) by less than ``min_swing`` of its high level: the
+    crossings of sampling noise, or of a rhythm averaged away inside each
+    sample, are no iteration."""
     if len(values) < 8:
         return None
     srt = sorted(values)
     lo, hi = srt[int(0.1 * (len(srt) - 1))], srt[int(0.9 * (len(srt) - 1))]
+    if hi - lo < min_swing * abs(hi):
+        return None
     # Midway between the levels: a duty cycle's median sits on one of them.
     mid = (lo + hi) / 2
     band = 0.15 * (hi - lo)
