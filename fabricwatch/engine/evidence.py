@@ -130,13 +130,20 @@ class ScoreContext:
         lead = st.onset_lead
         if self.slowdown and self.reach > 0:
             # A slowdown is going on: its evidence is what the last
-            # throughput window held (and must hold on half of it), from the
-            # onset on. The lead before a stall's onset (the compute phase in
-            # flight) is no part of a slowdown: there it would fill half the
-            # window with the time before the fault, and a second cause that
-            # begins inside the slowdown (a link lost in the middle of an ECN
-            # slowdown) would be all that is left to name.
-            on = window(s, max(self.onset, self.now - self.reach), self.now)
+            # throughput window held (and must hold on half of it). The lead
+            # before a stall's onset (the compute phase in flight) is no part
+            # of a slowdown: a whole rhythm of it would fill half the window
+            # with the time before the fault, and a second cause that begins
+            # inside the slowdown (a link lost in the middle of an ECN
+            # slowdown) would be all that is left to name. A slowdown found
+            # from window means is dated to within a few samples, though:
+            # the window reaches back up to three samples, so a burst of one
+            # or two polls at the dated onset does not hold on "half" of a
+            # window that starts with it.
+            sample_s = max(self.tick, self.spacing)
+            on = window(
+                s, max(self.onset - min(lead, 3.0 * sample_s), self.now - self.reach), self.now
+            )
             return on, self._base(s)
         end = self.on_end()
         sample_s = max(self.tick, self.spacing)
