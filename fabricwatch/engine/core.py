@@ -177,7 +177,6 @@ class Engine:
         # Communication-throughput slowdown: when it was last checked, the GPUs
         # found slow, and since when.
         self._comm_checked = -math.inf
-        self._comm_slot = math.nan  # the sample slot of the last check
         self._comm_gpus: list[GpuState] = []
         self._comm_since = 0.0
         self._stall_end = -math.inf
@@ -185,7 +184,6 @@ class Engine:
         # re-measured once a minute on the absolute clock.
         self._rhythm_s = 0.0
         self._rhythm_at = -math.inf
-        self._rhythm_slot = math.nan
         # Job membership by co-activity (no job labels), as last derived.
         self._groups: list[frozenset[str]] = []
         self._groups_of: tuple[str, ...] = ()
@@ -416,15 +414,12 @@ class Engine:
         """
         s = self._eff
         job = [g for grp in groups for g in grp]
-        slot = now // max(self.tick_s, self.spacing)
-        if slot == self._comm_slot:
+        step = max(self.tick_s, self.spacing)
+        if now // step == self._comm_checked // step:
             return self._comm_gpus
-        self._comm_slot = slot
         self._comm_checked = now
         # Not while a slowdown goes on: the job's own rhythm is the one before.
-        rhythm_slot = now // 60.0
-        if rhythm_slot != self._rhythm_slot and self._slow is None:
-            self._rhythm_slot = rhythm_slot
+        if now // 60.0 != self._rhythm_at // 60.0 and self._slow is None:
             self._rhythm_at = now
             self._rhythm_s = self._measured_rhythm(now)
         w = self._comm_window()
@@ -435,6 +430,7 @@ class Engine:
         out: list[GpuState] = []
         per_link: dict[str, list[Series]] | None = None  # grouped once, when needed
         spare = _spare(groups, s.slow_gpus_ratio)
+        means = self._windows.chunk_means
         for g in job:
             left = spare.get(g.gpu)
             if left is not None:
@@ -451,7 +447,6 @@ class Engine:
                 links = per_link.get(g.gpu, [])
             if self._idled(g, now - w, now):
                 continue
-            means = self._windows.chunk_means
             traffic = _change(means, links, now, w, chunks, floor=s.nvlink_min_bytes)
             work_series = self.store.get(sig.GPU_SM, (g.gpu,)) or self.store.get(
                 sig.GPU_POWER, (g.gpu,)

@@ -23,7 +23,8 @@ _SAME_JOB = 0.3  # correlation at or above which two GPUs move together
 _SHARED = 0.6
 
 
-def _pearson(a: Sequence[float], b: Sequence[float]) -> float:
+def pearson(a: Sequence[float], b: Sequence[float]) -> float:
+    """The correlation of two equally long series; NaN where either is flat."""
     n = len(a)
     ma = sum(a) / n
     mb = sum(b) / n
@@ -66,7 +67,7 @@ def coactive_groups(
                 continue
             va = [sa[t] for t in common]
             vb = [sb[t] for t in common]
-            r = _pearson(va, vb)
+            r = pearson(va, vb)
             if math.isnan(r):
                 continue
             corr[a, b] = corr[b, a] = r

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from fabricwatch.engine import signals as sig
-from fabricwatch.engine.jobs import _pearson as pearson
+from fabricwatch.engine.jobs import pearson
 from fabricwatch.store import Series, SnapshotStore
 
 PortKey = tuple[str, str, str]

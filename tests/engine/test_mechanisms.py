@@ -27,6 +27,14 @@ T0 = 1_700_000_000.0
 Extra = Callable[[float, list[Sample]], None]
 
 
+def _working(out: list[Sample], ts: float, g: int, sm: float) -> None:
+    """GPU ``g``'s SM activity ``sm`` at ``ts``, its memory in use, and the
+    power that work draws."""
+    out.append((ts, sig.GPU_SM, (str(g),), sm))
+    out.append((ts, sig.GPU_MEM, (str(g),), 60e9))
+    out.append((ts, sig.GPU_POWER, (str(g),), 80 + 600 * sm))
+
+
 def node(
     spacing: float,
     duration: float,
@@ -55,9 +63,7 @@ def node(
             if period and (t % period) >= 0.7 * period:
                 level = 0.3
             sm = 0.002 + level * busy / spacing + 0.01 * math.sin(7 * t + g)
-            out.append((ts, sig.GPU_SM, (str(g),), sm))
-            out.append((ts, sig.GPU_MEM, (str(g),), 60e9))
-            out.append((ts, sig.GPU_POWER, (str(g),), 80 + 600 * sm))
+            _working(out, ts, g, sm)
         if extra is not None:
             extra(t, out)
         k += 1
@@ -395,9 +401,7 @@ def _two_jobs(slow: Callable[[int, float], bool], extra: Extra) -> list[Sample]:
             period = 7.0 if g < 4 else 11.0
             level = 0.85 if (t % period) < 0.6 * period else 0.35
             sm = level * (0.5 if slow(g, t) else 1.0) + 0.01 * math.sin(3 * t + g)
-            out.append((ts, sig.GPU_SM, (str(g),), sm))
-            out.append((ts, sig.GPU_MEM, (str(g),), 60e9))
-            out.append((ts, sig.GPU_POWER, (str(g),), 80 + 600 * sm))
+            _working(out, ts, g, sm)
         extra(t, out)
     out.sort(key=lambda s: s[0])
     return out
@@ -440,9 +444,7 @@ def _slowed(slow: Callable[[float], bool], extra: Extra) -> list[Sample]:
         ts = T0 + t + 0.1
         for g in range(8):
             sm = (0.4 if slow(t) else 0.8) + 0.01 * math.sin(7 * t + g)
-            out.append((ts, sig.GPU_SM, (str(g),), sm))
-            out.append((ts, sig.GPU_MEM, (str(g),), 60e9))
-            out.append((ts, sig.GPU_POWER, (str(g),), 80 + 600 * sm))
+            _working(out, ts, g, sm)
         extra(t, out)
     out.sort(key=lambda s: s[0])
     return out
@@ -609,9 +611,7 @@ def _ramped_slowdown(spacing: float, *, pfc_from: float) -> list[Sample]:
         depth = min(1.0, max(0.0, (t - 2000) / 120)) if slow else 0.0
         for g in range(8):
             sm = 0.8 - 0.25 * depth + 0.01 * math.sin(7 * t + g)
-            out.append((ts, sig.GPU_SM, (str(g),), sm))
-            out.append((ts, sig.GPU_MEM, (str(g),), 60e9))
-            out.append((ts, sig.GPU_POWER, (str(g),), 80 + 600 * sm))
+            _working(out, ts, g, sm)
             bw = 60e9 * (1 - 0.5 * depth) * (1 + 0.02 * math.sin(t + g))
             total = counter(totals, str(g), bw, spacing)
             out.append((ts, sig.NVLINK_TX, (str(g), "total"), total))
@@ -782,9 +782,7 @@ def test_a_link_lost_inside_an_ecn_slowdown_does_not_replace_its_cause() -> None
         level = 0.85 if (t % 20.0) < 14.0 else 0.35
         for g in range(8):
             sm = level * (0.5 if slow else 1.0) + 0.01 * math.sin(7 * t + g)
-            out.append((ts, sig.GPU_SM, (str(g),), sm))
-            out.append((ts, sig.GPU_MEM, (str(g),), 60e9))
-            out.append((ts, sig.GPU_POWER, (str(g),), 80 + 600 * sm))
+            _working(out, ts, g, sm)
         ecn = 40_000.0 if slow else 10.0
         out.append((ts + 0.1, sig.NIC_ECN, ("mlx5_0", "1"), counter(totals, "e", ecn, 1.0)))
         up = 0.0 if 1012 <= t < 1020 else 1.0
@@ -819,9 +817,7 @@ def _two_jobs_with_ports(
             if j == 0 and hung:
                 sm = 0.002
             sm += 0.01 * math.sin(3 * t + g)
-            out.append((ts, sig.GPU_SM, (str(g),), sm))
-            out.append((ts, sig.GPU_MEM, (str(g),), 60e9))
-            out.append((ts, sig.GPU_POWER, (str(g),), 80 + 600 * sm))
+            _working(out, ts, g, sm)
         for n in range(4):
             j = 0 if n < 2 else 1
             rate = 5e9 if comm[j] else 2e8
