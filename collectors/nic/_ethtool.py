@@ -20,6 +20,7 @@ import ctypes
 import errno
 import fcntl
 import os
+import re
 import socket
 import struct
 from collections.abc import Callable
@@ -59,6 +60,7 @@ __all__ = [
     "Classifier",
     "DirEthtoolSource",
     "EthtoolSource",
+    "EthtoolTextParser",
     "EthtoolUnavailableError",
     "IoctlEthtool",
     "NoSuchNetdevError",
@@ -276,11 +278,86 @@ def parse_ethtool_text(text: str, source: str = "") -> dict[str, int]:
     return out
 
 
+@dataclass(frozen=True, slots=True)
+class _Layout:
+    """One dump's text with its values cut out: the same text with other digits
+    parses to the same names, in the same order (see :class:`EthtoolTextParser`)."""
+
+    pattern: re.Pattern[str]
+    names: tuple[str, ...]
+
+
+def _layout(text: str) -> _Layout | None:
+    """The layout of ``text``, or None when a line is not one ``parse_ethtool_text`` accepts.
+
+    Each value line (the first branch of :func:`parse_ethtool_text`) becomes
+    its literal text around a ``[0-9]+`` group; every other accepted line
+    (blank, comment, section header) stays literal, line ending included. The
+    text around a value never ends or starts with a digit, so a match splits
+    into the same lines and the same values as that function would.
+    """
+    parts: list[str] = []
+    names: list[str] = []
+    for line, ended in zip(text.splitlines(), text.splitlines(keepends=True), strict=True):
+        name, sep, value = line.rpartition(":")
+        digits = value.strip()
+        if sep and digits.isdigit():
+            name = name.strip()
+            if name and not name.startswith("#"):
+                if not digits.isascii():
+                    return None  # other digits than [0-9]: left to the line parser
+                start = len(line) - len(value) + value.index(digits)
+                end = start + len(digits)
+                parts.append(f"{re.escape(ended[:start])}([0-9]+){re.escape(ended[end:])}")
+                names.append(name)
+                continue
+        stripped = line.strip()
+        if stripped and not stripped.startswith("#"):
+            name, sep, value = stripped.rpartition(":")
+            if not (sep and not value.strip() and " " in name.strip()):
+                return None  # not a line the parser skips: it would have raised
+        parts.append(re.escape(ended))
+    return _Layout(re.compile("".join(parts)), tuple(names))
+
+
+class EthtoolTextParser:
+    """:func:`parse_ethtool_text` for dumps that keep their layout from read to read.
+
+    A driver prints the same names in the same order every time; only the
+    digits change. The first dump of a source is parsed line by line and its
+    layout kept; later dumps that match that layout (one regular expression,
+    in C) give their values without a per-line Python loop. Anything else -
+    another layout, garbage, a truncated dump - takes the line-by-line parser,
+    with its errors; a dump it parses replaces the kept layout.
+    """
+
+    __slots__ = ("_layouts",)
+
+    def __init__(self) -> None:
+        self._layouts: dict[str, _Layout | None] = {}
+
+    def parse(self, text: str, source: str) -> dict[str, int]:
+        """The statistics in ``text`` (``source`` keys the kept layout and names errors).
+
+        Raises:
+            ParseError: as :func:`parse_ethtool_text`.
+        """
+        layout = self._layouts.get(source)
+        if layout is not None:
+            m = layout.pattern.fullmatch(text)
+            if m is not None:
+                return dict(zip(layout.names, map(int, m.groups()), strict=True))
+        out = parse_ethtool_text(text, source)
+        self._layouts[source] = _layout(text)
+        return out
+
+
 class DirEthtoolSource:
     """Statistics from ``ethtool -S`` text dumps named after the interface (replay, demo)."""
 
     def __init__(self, directory: Path) -> None:
         self._prefix = f"{directory}{os.sep}"  # a str join per read, not a Path per read
+        self._parser = EthtoolTextParser()
 
     def stats(self, ifname: str) -> dict[str, int]:
         """Parse ``<directory>/<ifname>``."""
@@ -289,15 +366,28 @@ class DirEthtoolSource:
             raise NoSuchNetdevError(msg)
         path = self._prefix + ifname
         try:
-            with open(path, encoding="utf-8", errors="replace") as f:  # noqa: PTH123 - no Path per read
-                text = f.read()
+            raw = _read_all(path)
         except FileNotFoundError:
             msg = f"{ifname}: no statistics dump at {path}"
             raise NoSuchNetdevError(msg) from None
         except OSError as exc:
             msg = f"{path}: {os.strerror(exc.errno or 0)}"
             raise CollectorError(msg) from None
-        return parse_ethtool_text(text, path)
+        # No newline translation: str.splitlines splits "\r\n" and "\r" as the
+        # universal-newline reader would have turned them into "\n".
+        return self._parser.parse(raw.decode("utf-8", "replace"), path)
 
     def close(self) -> None:
         """Nothing to release."""
+
+
+def _read_all(path: str) -> bytes:
+    """The whole file, through descriptors (no buffered text reader per read)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        chunks = []
+        while chunk := os.read(fd, 1 << 16):
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+    return b"".join(chunks)
