@@ -40,6 +40,9 @@ _STATE = re.compile(r"^\s*([0-9]+)\s*:\s*(\S.*?)\s*$")
 PORT_ATTRIBUTES = ("state", "phys_state", "rate")
 COUNTER_DIRS = ("counters", "hw_counters")
 _READ_SIZE = 128
+_NOT_DIGITS = re.compile(rb"[^0-9 \t\n\r\x0b\x0c]")
+"""A byte no value of :func:`parse_counter`'s common case has (``int()`` also takes
+signs and underscores, which that function refuses)."""
 
 
 class PortGoneError(Exception):
@@ -160,6 +163,13 @@ class _Dir:
     path: Path
     signature: tuple[int, int] | None
     files: list[_File] = field(default_factory=list)
+    # Every file held open: (names, descriptors) for the one-pass read; else None.
+    bulk: tuple[tuple[str, ...], tuple[int, ...]] | None = None
+
+    def set_files(self, files: list[_File]) -> None:
+        self.files = files
+        held = bool(files) and all(f.fd >= 0 for f in files)
+        self.bulk = (tuple(f.name for f in files), tuple(f.fd for f in files)) if held else None
 
 
 @dataclass(slots=True)
@@ -247,7 +257,7 @@ class PortReader:
         except OSError:
             return _Dir(path, None)
         d = _Dir(path, (st.st_ino, st.st_mtime_ns))
-        d.files = self._open_files(path, names)
+        d.set_files(self._open_files(path, names))
         return d
 
     def _close_files(self, files: list[_File]) -> None:
@@ -262,6 +272,7 @@ class PortReader:
         self._close_files(self._attrs.files)
         for d in self._dirs.values():
             self._close_files(d.files)
+            d.bulk = None
 
     def _refresh_dirs(self) -> None:
         """Re-list a counter directory whose entries changed (fixture trees, PFC toggles)."""
@@ -289,6 +300,8 @@ class PortReader:
             os.close(fd)
 
     def _read_values(self, d: _Dir, out: dict[str, int], errors: list[str]) -> None:
+        if d.bulk is not None and _read_bulk(*d.bulk, out):
+            return
         pread = os.pread
         for f in d.files:
             try:
@@ -371,3 +384,26 @@ class PortReader:
             has_hw_counters=hw_dir.signature is not None,
             errors=errors,
         )
+
+
+def _read_bulk(names: tuple[str, ...], fds: tuple[int, ...], out: dict[str, int]) -> bool:
+    """Every file of a directory in one pass, when every one holds a plain decimal value.
+
+    The common steady-state read without the per-file Python of
+    :meth:`PortReader._read_values`: False (``out`` untouched) on any error,
+    ``N/A``, empty or garbage value, and that method then reads the files
+    one by one with its own handling.
+    """
+    pread = os.pread
+    try:
+        raws = [pread(fd, _READ_SIZE, 0) for fd in fds]
+    except OSError:
+        return False
+    if _NOT_DIGITS.search(b"".join(raws)) is not None:
+        return False
+    try:
+        values = [int(raw) for raw in raws]  # int() strips what bytes.strip() strips
+    except ValueError:
+        return False  # empty, whitespace only, or two numbers in one file
+    out.update(zip(names, values, strict=True))
+    return True

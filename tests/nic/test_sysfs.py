@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from fabricwatch.collectors.nic import _collector as nic_collector
+from fabricwatch.collectors.nic import _sysfs as sysfs
 from fabricwatch.collectors.nic._collector import COUNTER_FILES
 from fabricwatch.collectors.nic._sysfs import (
     FdBudget,
@@ -214,3 +215,69 @@ def test_removed_port_raises_port_gone(tmp_path: Path) -> None:
     with pytest.raises(PortGoneError):
         reader.read()
     reader.close()
+
+
+_VALUES = [
+    "0\n",
+    "123\n",
+    " 7 \n",
+    "18446744073709551615\n",
+    "0012\n",
+    "N/A (no PMA)\n",
+    "",
+    "\n",
+    "-5\n",
+    "+5\n",
+    "1_000\n",
+    "12 34\n",
+    "1.5\n",
+    "\x00\x01",
+    "12\x0b\n",
+    "x" * 200,
+]
+
+
+@pytest.mark.parametrize("bad", _VALUES)
+def test_one_pass_read_equals_file_by_file(
+    tmp_path: Path, bad: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Held descriptors read in one pass (``_read_bulk``); over budget, file by file.
+    Both give the same values and errors over clean, odd and garbage values, in-place
+    rewrites and a counter going back to 0."""
+    port = tmp_path / "class" / "infiniband" / "mlx5_0" / "ports" / "1"
+    (port / "counters").mkdir(parents=True)
+    (port / "hw_counters").mkdir()
+    names = [f"c{i}" for i in range(6)]
+    [ref] = discover_ports(tmp_path)
+    bulk: list[bool] = []
+    real = sysfs._read_bulk
+
+    def spied(names: tuple[str, ...], fds: tuple[int, ...], out: dict[str, int]) -> bool:
+        bulk.append(real(names, fds, out))
+        return bulk[-1]
+
+    monkeypatch.setattr(sysfs, "_read_bulk", spied)
+
+    def write(values: list[str]) -> None:
+        for d in ("counters", "hw_counters"):
+            for n, v in zip(names, values, strict=True):
+                (port / d / n).write_text(v)
+
+    write([f"{i}\n" for i in range(6)])
+    held, opened = PortReader(ref, FdBudget(100)), PortReader(ref, FdBudget(0))
+    rounds = [
+        [f"{i * 10}\n" for i in range(6)],
+        [bad, *[f"{i * 20}\n" for i in range(5)]],
+        [f"{i * 30}\n" for i in range(5)] + [bad],
+        ["0\n"] * 6,  # a reset
+        [f"{i}\n" for i in range(6)],
+    ]
+    for values in rounds:
+        write(values)
+        bulk.clear()
+        a, b = held.read(), opened.read()
+        assert (a.counters, a.hw_counters, a.errors) == (b.counters, b.hw_counters, b.errors)
+        clean = all(v.strip().isdigit() for v in values)
+        assert bulk == [clean, clean]  # the held reader took the one pass iff all were clean
+    held.close()
+    opened.close()
