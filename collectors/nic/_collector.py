@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import fnmatch
+import os
 import resource
 import threading
 from collections.abc import Sequence
@@ -68,7 +69,14 @@ from ._ratios import (
     xmit_wait_ratio,
 )
 from ._settings import NicSettings
-from ._sysfs import FdBudget, PortGoneError, PortReader, PortSample, discover_ports
+from ._sysfs import (
+    INFINIBAND,
+    FdBudget,
+    PortGoneError,
+    PortReader,
+    PortSample,
+    discover_ports,
+)
 from ._topology import PortPlace, find_gpus, locality, netdev_speed_bps, nvml_bus_id, place_port
 
 log = structlog.get_logger("fabricwatch.collectors.nic")
@@ -263,6 +271,7 @@ class NicCollector:
     ) -> None:
         self._settings = settings
         self._env = env
+        self._ib_dir = env.sys_root.joinpath(*INFINIBAND)
         self._ethtool_override = ethtool
         self._ethtool: EthtoolSource | None = None
         self._ports: dict[tuple[str, str], _Port] = {}
@@ -348,9 +357,8 @@ class NicCollector:
         return not any(fnmatch.fnmatchcase(device, p) for p in s.exclude)
 
     def _devices_changed(self) -> bool:
-        base = self._env.sys_root / "class" / "infiniband"
         try:
-            now = frozenset(p.name for p in base.iterdir())
+            now = frozenset(os.listdir(self._ib_dir))  # noqa: PTH208 - per cycle, names only
         except OSError:
             now = frozenset()
         changed = now != self._devices_seen
