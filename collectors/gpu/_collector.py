@@ -455,25 +455,40 @@ class GpuCollector:
                 raise SourceAbsentError(f"NVML not available: {self._absent_reason}")
         while self._event_errors:
             self._log.warning("nvml_event_watch_error", error=self._event_errors.popleft())
-        try:
-            await asyncio.gather(*(self._sample(g) for g in self._gpus))
-        except NvmlUnavailable as exc:
+        now = self._env.monotonic()
+        todo = [g for g in self._gpus if g.healthy or now >= g.retry_at]
+        sample = self._backend.sample
+        outcomes = await self._facade.call_each(
+            [
+                (
+                    g.identity.index,
+                    functools.partial(sample, g.identity.index, fabric=now >= g.fabric_next),
+                )
+                for g in todo
+            ]
+        )
+        unavailable: NvmlUnavailable | None = None
+        for g, (s, exc) in zip(todo, outcomes, strict=True):
+            if exc is None:
+                assert s is not None
+                self._sampled(g, s, now)
+            elif isinstance(exc, NvmlUnavailable):
+                unavailable = unavailable or exc
+            elif isinstance(exc, Exception):
+                self._sample_failed(g, exc, now)
+            else:
+                raise exc
+        if unavailable is not None:
             await self._teardown()
-            self._set_absent(str(exc))
-            raise SourceAbsentError(f"NVML not available: {exc}") from None
+            self._set_absent(str(unavailable))
+            raise SourceAbsentError(f"NVML not available: {unavailable}") from None
         for ev in self._facade.drain_events():
             self._on_event(ev)
         return self._readings()
 
-    async def _sample(self, g: _Gpu) -> None:
-        now = self._env.monotonic()
-        if not g.healthy and now < g.retry_at:
-            return
-        fabric = now >= g.fabric_next
-        fn = functools.partial(self._backend.sample, g.identity.index, fabric=fabric)
-        try:
-            s = await self._facade.call(g.identity.index, fn)
-        except (CallBusy, CallTimeout):
+    def _sample_failed(self, g: _Gpu, exc: Exception, now: float) -> None:
+        """A GPU whose sample hung, was lost, or failed: keep its last values."""
+        if isinstance(exc, (CallBusy, CallTimeout)):
             g.stale = True
             if not g.warned:
                 g.warned = True
@@ -483,20 +498,18 @@ class GpuCollector:
                     timeout=self._settings.call_timeout,
                     detail="keeping last values and marking the GPU stale",
                 )
-            return
-        except GpuLost as exc:
+        elif isinstance(exc, GpuLost):
             if g.healthy:
                 self._log.error("gpu_lost", gpu=g.label, uuid=g.identity.uuid, error=str(exc))
             g.healthy = False
             g.stale = False
             g.retry_at = now + self._settings.lost_retry_interval
-            return
-        except NvmlUnavailable:
-            raise
-        except Exception as exc:  # noqa: BLE001 - garbage from the driver must not crash us
+        else:  # garbage from the driver must not crash us
             g.stale = True
             self._log.warning("nvml_sample_failed", gpu=g.label, error=repr(exc))
-            return
+
+    def _sampled(self, g: _Gpu, s: GpuSample, now: float) -> None:
+        """A GPU's good sample: it is healthy and current again."""
         if not g.healthy:
             self._log.info("gpu_recovered", gpu=g.label, uuid=g.identity.uuid)
         if g.stale:

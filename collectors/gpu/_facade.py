@@ -786,6 +786,68 @@ class NvmlFacade:
         del self._inflight[key]
         return wrapped.result()
 
+    async def call_each(
+        self, calls: Sequence[tuple[Hashable, Callable[[], T]]]
+    ) -> list[tuple[T | None, BaseException | None]]:
+        """:meth:`call` for each ``(key, fn)`` at once, with one wait for them all.
+
+        Each outcome is ``(result, None)`` or ``(None, exception)``, the
+        exception being what :meth:`call` would raise for that key:
+        :class:`CallBusy`, :class:`CallTimeout` or the call's own. One waiter
+        and one timer per cycle instead of a task, a wrapped future and a timer
+        per call; the calls still run on their own workers, each under its key.
+        """
+        outcomes: list[tuple[T | None, BaseException | None]] = [(None, None)] * len(calls)
+        pending: list[tuple[int, Hashable, Future[T]]] = []
+        inflight = self._inflight
+        for i, (key, fn) in enumerate(calls):
+            prev = inflight.get(key)
+            if prev is not None:
+                if not prev.done():
+                    outcomes[i] = (None, CallBusy(key))
+                    continue
+                del inflight[key]
+            fut = self._pool.submit(fn)
+            inflight[key] = fut
+            pending.append((i, key, fut))
+        if pending:
+            await self._wait_all([fut for _, _, fut in pending])
+        for i, key, fut in pending:
+            if not fut.done():
+                outcomes[i] = (None, CallTimeout(key))  # stays in flight: the next call is busy
+                continue
+            del inflight[key]
+            exc = fut.exception()
+            outcomes[i] = (None, exc) if exc is not None else (fut.result(), None)
+        return outcomes
+
+    async def _wait_all(self, futures: list[Future[T]]) -> None:
+        """Until every future is done or the facade's timeout passed (one loop wake-up)."""
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[None] = loop.create_future()
+        left = [len(futures)]
+        lock = threading.Lock()
+
+        def wake() -> None:
+            if not waiter.done():
+                waiter.set_result(None)
+
+        def one_done(_: Future[T]) -> None:
+            with lock:
+                left[0] -= 1
+                last = left[0] == 0
+            if last:
+                with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                    loop.call_soon_threadsafe(wake)
+
+        for fut in futures:
+            fut.add_done_callback(one_done)
+        try:
+            async with asyncio.timeout(self.timeout):
+                await waiter
+        except TimeoutError:
+            pass
+
     def start_events(self, on_error: Callable[[str], None]) -> None:
         """Start the event-watching thread (the backend's events must be open)."""
         if self._watcher is not None:
