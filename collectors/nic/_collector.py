@@ -211,6 +211,7 @@ class _Stat:
     ratio: int  # 0: none, 1: from a pause duration, 2: from pause frames
     slot: tuple[str, str, bool]  # (priority, direction, link-level)
     rate_key: str  # the RateSignals key: a str hashes once
+    emit: tuple[str, tuple[str, ...], float] | None  # see _emission
 
 
 @dataclass(frozen=True, slots=True)
@@ -536,6 +537,7 @@ class NicCollector:
                     ratio,
                     (key.priority, key.qualifier, kind.startswith("link")),
                     "\0".join((*lab, member, *kt)),
+                    _emission(lab, kt),
                 )
             )
         return _StatPlan(names, tuple(chosen))
@@ -572,6 +574,10 @@ class NicCollector:
         pinned: set[str] = set()
         skip: set[tuple[str, str, str]] = set()
         signal_rate = self._signals.rate
+        # One member (no bond): its statistics are the sums, one per key (the plan
+        # has one name per meaning), so they go to the columns as they are read.
+        single = len(members) == 1
+        accs, acc = self._accs, self._acc
         for member in members:
             try:
                 stats = self._ethtool.stats(member)
@@ -591,8 +597,15 @@ class NicCollector:
                     pinned.add(st.name)
                     skip.add(st.kt)
                     continue
-                kt = st.kt
-                sums[kt] = sums.get(kt, 0) + value
+                if not single:
+                    kt = st.kt
+                    sums[kt] = sums.get(kt, 0) + value
+                elif (how := st.emit) is not None:
+                    family, labels, divisor = how
+                    a = accs.get(family) or acc(family)
+                    a.labels.append(labels)
+                    a.values.append(float(value) / divisor if divisor else float(value))
+                    a.epochs.append(ep)
                 if not st.ratio:
                     continue
                 rate = signal_rate(st.rate_key, value, ts, epoch=ep)
