@@ -190,13 +190,14 @@ class _CounterPlan:
     The files a port has change only on a rescan or a failed read, so the
     per-name decisions (family, labels, the one driver name per congestion
     signal) are made once per set of names instead of once per cycle.
-    Entries are (file name, family, labels, multiplier), in emission order.
+    Groups are (family, labels, file names, multiplier): a family's
+    consecutive entries, in emission order, extended into its columns at once.
     """
 
     names: tuple[tuple[str, ...], tuple[str, ...]]
-    counters: tuple[tuple[str, str, tuple[str, ...], int], ...]
-    congestion: tuple[tuple[str, str, tuple[str, ...], int], ...]
-    hw: tuple[tuple[str, str, tuple[str, ...], int], ...]
+    counters: tuple[_Group, ...]
+    congestion: tuple[_Group, ...]
+    hw: tuple[_Group, ...]
     cc_present: float
 
 
@@ -469,35 +470,36 @@ class NicCollector:
         plan = port.plan
         if plan is None or plan.names != names:
             plan = port.plan = _counter_plan(lab, names)
-        accs, acc = self._accs, self._acc
-        for name, family, labels, mult in plan.counters:
-            a = accs.get(family) or acc(family)
-            a.labels.append(labels)
-            a.values.append(float(c[name] * mult))
-            a.epochs.append(ep)
+        self._extend(plan.counters, c, ep)
         wait = c.get("port_xmit_wait")
         if wait is not None and s.rate_bps:
             rate = self._signals.rate((lab, "xmit_wait"), wait, ts, bits=32, epoch=ep)
             if rate is not None:
                 ratio = xmit_wait_ratio(rate, s.rate_bps, self._settings.xmit_wait_tick_bytes)
                 push(new(reading, (XMIT_WAIT_RATIO.name, lab, ratio, None, None, None)))
-        for name, family, labels, mult in plan.congestion:
-            a = accs.get(family) or acc(family)
-            a.labels.append(labels)
-            a.values.append(float(hw[name] * mult))
-            a.epochs.append(ep)
+        self._extend(plan.congestion, hw, ep)
         push(new(reading, (CC_PRESENT.name, lab, plan.cc_present, None, None, None)))
-        for name, family, labels, mult in plan.hw:
-            a = accs.get(family) or acc(family)
-            a.labels.append(labels)
-            a.values.append(float(hw[name] * mult))
-            a.epochs.append(ep)
+        self._extend(plan.hw, hw, ep)
         if s.errors:
             total = self._read_errors.get(lab, 0) + len(s.errors)
             self._read_errors[lab] = total
         if lab in self._read_errors or s.errors:
             errors = float(self._read_errors.get(lab, 0))
             push(new(reading, (READ_ERRORS.name, lab, errors, None, None, None)))
+
+    def _extend(self, groups: tuple[_Group, ...], values: dict[str, int], ep: int) -> None:
+        """One port's counter files into their families' columns, group by group."""
+        accs, acc = self._accs, self._acc
+        for family, labels, names, mult in groups:
+            a = accs.get(family) or acc(family)
+            if len(names) == 1:
+                a.labels.append(labels[0])
+                a.values.append(float(values[names[0]] * mult))
+                a.epochs.append(ep)
+            else:
+                a.labels.extend(labels)
+                a.values.extend([float(values[n] * mult) for n in names])
+                a.epochs.extend([ep] * len(names))
 
     def _flag_saturated(self, lab: tuple[str, str], names: set[str], out: list[Reading]) -> None:
         """Export and log (once per counter) counters pinned at their maximum."""
@@ -649,6 +651,19 @@ class NicCollector:
 
 
 _Entry = tuple[str, str, tuple[str, ...], int]
+_Group = tuple[str, tuple[tuple[str, ...], ...], tuple[str, ...], int]
+
+
+def _groups(entries: list[_Entry]) -> tuple[_Group, ...]:
+    """Entries as runs of one family (and multiplier), in their order."""
+    out: list[_Group] = []
+    for name, family, labels, mult in entries:
+        if out and out[-1][0] == family and out[-1][3] == mult:
+            f, ls, ns, m = out[-1]
+            out[-1] = (f, (*ls, labels), (*ns, name), m)
+        else:
+            out.append((family, (labels,), (name,), mult))
+    return tuple(out)
 
 
 def _counter_plan(
@@ -674,7 +689,7 @@ def _counter_plan(
     hw = [(n, TRANSPORT.name, (*lab, n), 1) for n in _Q_COUNTERS if n in hset]
     hw += [(n, DROPS.name, (*lab, n), 1) for n in _HW_DROPS if n in hset]
     return _CounterPlan(
-        names, tuple(counters), tuple(congestion), tuple(hw), 1.0 if congestion else 0.0
+        names, _groups(counters), _groups(congestion), _groups(hw), 1.0 if congestion else 0.0
     )
 
 
