@@ -487,3 +487,78 @@ async def test_nvlink_error_columns_follow_kinds_that_change(tmp_path: Path) -> 
             assert got == want, cycle
     finally:
         await collector.close()
+
+
+class _PatchyLinks(SimulatedGPUs):
+    """The simulator with links that stop reporting a value, come back, reorder or go."""
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        super().__init__("H100", 2, clock)
+        self.cycle = 0
+        self.sent: list[tuple[int, GpuSample]] = []
+
+    def sample(self, index: int, *, fabric: bool) -> GpuSample:
+        s = super().sample(index, fabric=fabric)
+        c = self.cycle
+        links = list(s.links)
+        if c % 3 == 1:  # some links without one value or another
+            links = [
+                dataclasses.replace(
+                    ln,
+                    up=None if ln.link % 4 == 1 else ln.up,
+                    tx_bytes=None if ln.link % 5 == 2 else ln.tx_bytes,
+                    rx_bytes=None if (ln.link + index) % 3 == 0 else ln.rx_bytes,
+                )
+                for ln in links
+            ]
+        if c == 4:
+            links = links[::-1]  # another order
+        if c == 5:
+            links = links[: len(links) // 2]  # links gone
+        if c == 6:
+            links = [dataclasses.replace(ln, up=False) for ln in links]
+        s = dataclasses.replace(s, links=tuple(links))
+        self.sent.append((index, s))
+        return s
+
+
+async def test_nvlink_columns_skip_what_a_link_does_not_report(tmp_path: Path) -> None:
+    """The up/transmit/receive columns are, GPU by GPU and link by link in sample
+    order, the values a link reports (None: no series that cycle), whatever mix of
+    links reports them."""
+    clock = Clock()
+    sim = _PatchyLinks(clock)
+    collector = GpuCollector(
+        GpuSettings(backend="simulated", jobs=False),
+        CollectorEnv(proc_root=tmp_path, monotonic=clock),
+        sim,
+    )
+    await collector.start()
+    try:
+        for cycle in range(9):
+            sim.cycle = cycle
+            sim.sent.clear()
+            clock.t += 1.0
+            batch = await collector.collect()
+            assert isinstance(batch, Batch)
+            by_gpu = dict(sim.sent)
+            for family, field in (
+                ("fabricwatch_gpu_nvlink_up", "up"),
+                ("fabricwatch_gpu_nvlink_transmit_bytes", "tx_bytes"),
+                ("fabricwatch_gpu_nvlink_receive_bytes", "rx_bytes"),
+            ):
+                got = [
+                    (labels, value)
+                    for c in batch.columns
+                    if c.name == family
+                    for labels, value in zip(c.labels, c.values, strict=True)
+                ]
+                want = [
+                    ((str(i), str(ln.link)), float(v))
+                    for i in sorted(by_gpu)
+                    for ln in by_gpu[i].links
+                    if (v := getattr(ln, field)) is not None
+                ]
+                assert got == want, (cycle, family)
+    finally:
+        await collector.close()
