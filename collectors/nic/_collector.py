@@ -636,18 +636,10 @@ class NicCollector:
         self._sum_readings(port, sums)
         for (prio, direction, link_level), ratio in ratios.items():
             if link_level:
-                push(
-                    new(
-                        reading, (LINK_PAUSE_RATIO.name, (*lab, direction), ratio, None, None, None)
-                    )
-                )
+                family, labels = LINK_PAUSE_RATIO.name, (*lab, direction)
             else:
-                push(
-                    new(
-                        reading,
-                        (PAUSE_RATIO.name, (*lab, prio, direction), ratio, None, None, None),
-                    )
-                )
+                family, labels = PAUSE_RATIO.name, (*lab, prio, direction)
+            push(new(reading, (family, labels, ratio, None, None, None)))
 
 
 _Entry = tuple[str, str, tuple[str, ...], int]

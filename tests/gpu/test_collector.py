@@ -429,15 +429,19 @@ async def test_structlog_output_has_no_traceback(
     assert "Traceback" not in text
 
 
-class _ShiftingErrors(SimulatedGPUs):
-    """The simulator with each cycle's NVLink error kinds changed: added, reordered, gone."""
-
-    KINDS = (("crc", "replay"), ("replay", "crc", "recovery"), (), ("crc",), ("crc",))
+class _Reshaped(SimulatedGPUs):
+    """Two simulated H100s whose samples a subclass reshapes per cycle; it keeps what it sent."""
 
     def __init__(self, clock: Callable[[], float]) -> None:
         super().__init__("H100", 2, clock)
         self.cycle = 0
         self.sent: list[tuple[int, GpuSample]] = []
+
+
+class _ShiftingErrors(_Reshaped):
+    """The simulator with each cycle's NVLink error kinds changed: added, reordered, gone."""
+
+    KINDS = (("crc", "replay"), ("replay", "crc", "recovery"), (), ("crc",), ("crc",))
 
     def sample(self, index: int, *, fabric: bool) -> GpuSample:
         s = super().sample(index, fabric=fabric)
@@ -489,13 +493,8 @@ async def test_nvlink_error_columns_follow_kinds_that_change(tmp_path: Path) -> 
         await collector.close()
 
 
-class _PatchyLinks(SimulatedGPUs):
+class _PatchyLinks(_Reshaped):
     """The simulator with links that stop reporting a value, come back, reorder or go."""
-
-    def __init__(self, clock: Callable[[], float]) -> None:
-        super().__init__("H100", 2, clock)
-        self.cycle = 0
-        self.sent: list[tuple[int, GpuSample]] = []
 
     def sample(self, index: int, *, fabric: bool) -> GpuSample:
         s = super().sample(index, fabric=fabric)
