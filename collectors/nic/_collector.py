@@ -646,7 +646,7 @@ _Entry = tuple[str, str, tuple[str, ...], int]
 _Group = tuple[str, tuple[tuple[str, ...], ...], tuple[str, ...], int]
 
 
-def _groups(entries: list[_Entry]) -> tuple[_Group, ...]:
+def _groups(entries: Sequence[_Entry]) -> tuple[_Group, ...]:
     """Entries as runs of one family (and multiplier), in their order."""
     out: list[_Group] = []
     for name, family, labels, mult in entries:
