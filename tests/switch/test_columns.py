@@ -1,0 +1,173 @@
+"""The switch collector's column path equals the reading-by-reading one.
+
+The collector hands its per-port families to the store as Columns and rates the
+counters its gauges derive from with :class:`KeyedRates`; both must give what
+single readings and a :class:`CounterTracker` give, over wraps, resets, gaps,
+garbage and truncated replies, ports that come and go, and several targets.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import AsyncIterator, Callable, Hashable
+from pathlib import Path
+
+import pytest
+
+from fabricwatch.collector import CollectionFailedError
+from fabricwatch.collectors.switch._collector import SwitchCollector
+from fabricwatch.collectors.switch._rates import KeyedRates
+from fabricwatch.collectors.switch._settings import TargetSettings
+from fabricwatch.counters import CounterTracker, TrackerSettings
+from fabricwatch.readings import Batch, Reading
+from fabricwatch.store import SnapshotStore
+from fabricwatch.testing.sim_snmp import SimAgent, SimPort, SimSwitch, demo_switch
+
+from .conftest import Harness, ManualClock, community_file
+
+_Snapshot = dict[tuple[str, tuple[str, ...]], tuple[float, float | None, float | None]]
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock()
+
+
+@pytest.fixture
+async def sim(clock: ManualClock) -> AsyncIterator[tuple[SimSwitch, SimAgent]]:
+    sw = demo_switch(4, node="gpu-node-1", clock=clock)
+    agent = await SimAgent(sw, community="fw-sim").start()
+    try:
+        yield sw, agent
+    finally:
+        agent.close()
+
+
+def _target(tmp_path: Path, agent: SimAgent, name: str) -> TargetSettings:
+    return TargetSettings(
+        name=name,
+        host="127.0.0.1",
+        port=agent.port,
+        community_file=community_file(tmp_path, "fw-sim"),
+        timeout=0.3,
+        retries=0,
+        mode="switch",
+    )
+
+
+def _snapshot(store: SnapshotStore) -> _Snapshot:
+    return {
+        (s.spec.name, s.labels): (
+            s.value,
+            None if s.rate is None else s.rate.per_second,
+            s.updated,
+        )
+        for s in store
+    }
+
+
+async def _collect(c: SwitchCollector) -> Batch:
+    try:
+        out = await c.collect()
+    except CollectionFailedError as exc:
+        out = exc.readings
+    assert type(out) is Batch
+    return out
+
+
+async def test_columns_equal_single_readings_over_faults(
+    sim: tuple[SimSwitch, SimAgent],
+    clock: ManualClock,
+    tmp_path: Path,
+    make_harness: Callable[..., Harness],
+) -> None:
+    sw, agent = sim
+    targets = [_target(tmp_path, agent, n) for n in ("leaf1", "leaf2")]
+    h = make_harness(targets, clock=clock, backoff_initial=0.5, backoff_max=1.0)
+    singles = SnapshotStore()
+    singles.register("switch", h.collector.metrics())
+    await h.collector.start()
+    # Fast 32-bit counters wrap every few polls; PFC pauses part of the time.
+    sw.set_rate("Ethernet0", "in_discards", 1.5e9)
+    sw.set_rate("Ethernet4", "out_errors", 3.0e9)
+    sw.pfc_storm("Ethernet0", priority=3, direction="rx", fraction=0.4)
+    sw.pfc_storm("Ethernet8", priority=5, direction="tx", fraction=0.9)
+    steps: dict[int, Callable[[], None]] = {
+        4: sw.restart,
+        7: lambda: sw.clear_port_counters("Ethernet4"),
+        9: lambda: setattr(agent, "fault", "garbage"),
+        10: lambda: setattr(agent, "fault", "truncated"),
+        11: lambda: setattr(agent, "fault", "silent"),
+        13: lambda: setattr(agent, "fault", "none"),
+        16: lambda: _drop_port(sw, agent, "Ethernet8"),
+        19: lambda: _add_port(sw, agent, SimPort(9, "Ethernet8")),
+        21: lambda: sw.set_rate("Ethernet0", "rx_bytes", 0.0),
+    }
+    seen_columns = seen_wrap = 0
+    for k in range(26):
+        steps.get(k, lambda: None)()
+        # A gap (longer than gap_after) while the agent is silent; 1 s otherwise.
+        clock.advance(12.0 if k == 12 else 1.0)
+        batch = await _collect(h.collector)
+        seen_columns += len(batch.columns)
+        flat: list[Reading] = list(batch)
+        assert len(flat) == len(batch)
+        now = clock()
+        a = h.store.ingest("switch", batch, now)
+        b = singles.ingest("switch", flat, now)
+        assert (a.accepted, a.rejected) == (b.accepted, b.rejected)
+        assert _snapshot(h.store) == _snapshot(singles)
+        d = h.store.get("fabricwatch_switch_port_discards", ("leaf1", "Ethernet0", "rx"))
+        if d is not None and d.value > 2**32:
+            seen_wrap += 1
+    assert seen_columns > 0 and seen_wrap > 0
+    ratio = h.store.get("fabricwatch_switch_pfc_pause_ratio", ("leaf2", "Ethernet0", "3", "rx"))
+    assert ratio is not None and ratio.value == pytest.approx(0.4, abs=0.02)
+
+
+def _drop_port(sw: SimSwitch, agent: SimAgent, name: str) -> None:
+    sw.ports = [p for p in sw.ports if p.name != name]
+    agent.refresh()
+
+
+def _add_port(sw: SimSwitch, agent: SimAgent, port: SimPort) -> None:
+    sw.ports.append(port)
+    sw.ports.sort(key=lambda p: p.if_index)
+    agent.refresh()
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_keyed_rates_equal_the_tracker(seed: int) -> None:
+    """Random polls of keys that come and go, wrap (32 and 64 bit), reset, change
+    epoch, stall, refresh slowly, and polls whose clock does not advance."""
+    rng = random.Random(seed)
+    settings = TrackerSettings()
+    for bits in (32, 64):
+        modulus = 1 << bits
+        keyed = KeyedRates(settings, bits)
+        tracker = CounterTracker(settings)
+        universe: list[Hashable] = [("sw", i, "pfc", "rx", p) for i in range(4) for p in range(3)]
+        values = {k: rng.randrange(modulus) for k in universe}
+        epochs = dict.fromkeys(universe, 0)
+        ts = 100.0
+        keys = tuple(universe)
+        for _ in range(120):
+            if rng.random() < 0.15:  # the set of keys changes (a port leaves or comes back)
+                keys = tuple(k for k in universe if rng.random() < 0.8)
+            elif rng.random() < 0.5:
+                keys = tuple(keys)  # equal keys in another tuple
+            ts += rng.choice((0.0, 0.5, 1.0, 1.0, 1.0, 15.0))
+            for k in keys:
+                r = rng.random()
+                if r < 0.05:
+                    values[k] = rng.randrange(1000)  # a reset: back to a small value
+                elif r < 0.08:
+                    epochs[k] += 1
+                elif r < 0.4:
+                    pass  # slow refresh: the counter did not move this poll
+                else:
+                    step = rng.choice((1, 1000, modulus // 3))
+                    values[k] = (values[k] + step) % modulus
+            got = keyed.update(keys, [values[k] for k in keys], ts, [epochs[k] for k in keys])
+            want = [tracker.update(k, values[k], ts, bits=bits, epoch=epochs[k]) for k in keys]
+            assert got == want
