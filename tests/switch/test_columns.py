@@ -1,9 +1,10 @@
-"""The switch collector's column path equals the reading-by-reading one.
+"""The switch collector's fast paths equal the general ones.
 
 The collector hands its per-port families to the store as Columns and rates the
 counters its gauges derive from with :class:`KeyedRates`; both must give what
 single readings and a :class:`CounterTracker` give, over wraps, resets, gaps,
 garbage and truncated replies, ports that come and go, and several targets.
+A walk takes a whole well-formed reply at once, as its row-by-row loop would.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from pathlib import Path
 import pytest
 
 from fabricwatch.collector import CollectionFailedError
+from fabricwatch.collectors.switch._ber import Special
+from fabricwatch.collectors.switch._client import take_rows, take_rows_each
 from fabricwatch.collectors.switch._collector import SwitchCollector
 from fabricwatch.collectors.switch._rates import KeyedRates
 from fabricwatch.collectors.switch._settings import TargetSettings
@@ -171,3 +174,38 @@ def test_keyed_rates_equal_the_tracker(seed: int) -> None:
             got = keyed.update(keys, [values[k] for k in keys], ts, [epochs[k] for k in keys])
             want = [tracker.update(k, values[k], ts, bits=bits, epoch=epochs[k]) for k in keys]
             assert got == want
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_take_rows_whole_reply_equals_row_by_row(seed: int) -> None:
+    """The whole-reply check of a walk's column takes exactly what the loop takes:
+    replies in order, past the column's end, with exception values, repeated or
+    backward OIDs (agent bugs), and empty ones."""
+    rng = random.Random(seed)
+    col = (1, 3, 6, 1, 2, 1, 31, 1, 1, 1, 6)
+    other = (1, 3, 6, 1, 2, 1, 31, 1, 1, 1, 7)
+    for _ in range(400):
+        start = rng.randrange(0, 50)
+        oids = [(*col, start + i) for i in range(1, rng.randrange(0, 12))]
+        vbs: list[tuple[tuple[int, ...], object]] = [(o, rng.randrange(1 << 64)) for o in oids]
+        mutation = rng.randrange(7)
+        if vbs and mutation == 1:
+            vbs[rng.randrange(len(vbs))] = (vbs[-1][0], Special.END_OF_MIB_VIEW)
+        elif vbs and mutation == 2:
+            vbs[rng.randrange(len(vbs))] = ((*other, 1), 5)  # walked past the column
+        elif len(vbs) > 1 and mutation == 3:
+            i = rng.randrange(1, len(vbs))
+            vbs[i] = (vbs[i - 1][0], 7)  # the same OID twice
+        elif len(vbs) > 1 and mutation == 4:
+            rng.shuffle(vbs)
+        elif vbs and mutation == 5:
+            vbs[0] = (col, 1)  # the column's own OID
+        cursor_at = (*col, rng.randrange(0, 60)) if rng.random() < 0.5 else col
+        results = []
+        for take in (take_rows, take_rows_each):
+            rows: list[tuple[tuple[int, ...], object]] = [((*col, 0), 0)]
+            cursor = {col: cursor_at}
+            done: set[tuple[int, ...]] = set()
+            progressed = take(col, list(vbs), rows, cursor, done)  # type: ignore[arg-type]
+            results.append((progressed, rows, cursor, done))
+        assert results[0] == results[1]
