@@ -139,6 +139,10 @@ class _Channel(asyncio.DatagramProtocol):
         self.error = exc
 
 
+_VBL_CACHE_CAP = 1024
+"""Encoded request varbind lists a session keeps (~200 bytes each)."""
+
+
 def _expire(waiter: asyncio.Future[Any]) -> None:
     """A try's timeout: wake its request with no response."""
     if not waiter.done():
@@ -182,8 +186,9 @@ class NativeV2cSession:
         vbl = self._vbl_cache.get(oids)
         if vbl is None:
             vbl = encode_varbind_list(oids)
-            # Node-mode polls repeat the same request lists: keep them, bounded.
-            if len(self._vbl_cache) < 256:
+            # Polls repeat the same request lists (a 512-port switch-mode walk
+            # ~330 a poll): keep them, bounded.
+            if len(self._vbl_cache) < _VBL_CACHE_CAP:
                 self._vbl_cache[oids] = vbl
         return vbl
 

@@ -151,15 +151,18 @@ class _PortCache:
     sp: tuple[str, str]
     by_dir: dict[str, tuple[str, str, str]]
     octets: dict[str, tuple[str, int, str]]
+    util: dict[str, _Gauge]
     by_key: dict[_Key, _Recipe] = field(default_factory=dict)
 
     @classmethod
     def of(cls, sw: str, port: str, if_index: int) -> _PortCache:
+        by_dir = {d: (sw, port, d) for d in ("rx", "tx")}
         return cls(
             port,
             (sw, port),
-            {d: (sw, port, d) for d in ("rx", "tx")},
+            by_dir,
             {n: (sw, if_index, n) for n in ("in_octets", "out_octets")},
+            {d: (fam.SW_UTILIZATION.name, labels) for d, labels in by_dir.items()},
         )
 
     def recipe(self, sw: str, if_index: int, key: _Key, tb: Table) -> _Recipe:
@@ -181,7 +184,9 @@ class _PortCache:
                 labels = self.by_dir.get(direction) or (sw, self.port, direction)
                 rate_key = (sw, if_index, signal, direction)
             family, kind = _SIGNALS[signal]
-            got = self.by_key[key] = (labels, rate_key, family, kind, dur_key)
+            gauge = _GAUGES[kind]
+            g = None if gauge is None else (gauge, labels)
+            got = self.by_key[key] = (labels, rate_key, family, kind, dur_key, g)
         return got
 
 
@@ -196,9 +201,18 @@ _SIGNALS = {
 """Profile-table signal -> (counter family, what derives from it: nothing, a pause
 ratio from frames unless a duration counter gives it, from the duration, from
 interface-total frames)."""
-_Recipe = tuple[tuple[str, ...], tuple[object, ...], str, int, _Key | None]
-"""A port counter's labels, rate key, family, :data:`_SIGNALS` kind, and for PFC
-frames the key of the duration counter that gives the ratio instead."""
+_GAUGES = {
+    _PLAIN: None,
+    _FRAMES: fam.SW_PFC_RATIO.name,
+    _DURATION: fam.SW_PFC_RATIO.name,
+    _TOTAL: sig.PORT_PFC_PAUSE_RATIO.name,
+}
+_Gauge = tuple[str, tuple[str, ...]]
+"""A derived gauge series: (family, labels)."""
+_Recipe = tuple[tuple[str, ...], tuple[object, ...], str, int, _Key | None, _Gauge | None]
+"""A port counter's labels, rate key, family, :data:`_SIGNALS` kind, for PFC frames
+the key of the duration counter that gives the ratio instead, and the gauge its
+rate gives (None: none)."""
 
 
 _OCTETS = (("in_octets", fam.SW_RX_BYTES.name, "rx"), ("out_octets", fam.SW_TX_BYTES.name, "tx"))
@@ -786,7 +800,7 @@ class SwitchCollector:
             if value is not None:
                 out.counter(family, sp, value, epoch)
                 d = _Derived.of(out.derived, 64)
-                d.add(pc.octets[name], value, epoch, _UTIL, by_dir[direction], per_bit)
+                d.add(pc.octets[name], value, epoch, pc.util[direction], per_bit)
         for name, family, direction in _DROPS:
             value = v.get(name)
             if value is not None:
@@ -813,21 +827,29 @@ class SwitchCollector:
         fams = out.families
         derived = out.derived
         recipes = pc.by_key
+        last: Table | None = None
         for key, (value, tb) in c.items():
             r = recipes.get(key)
             if r is None:
                 r = pc.recipe(t.name, if_index, key, tb)
-            labels, rate_key, family, kind, dur_key = r
+            labels, rate_key, family, kind, dur_key, gauge = r
             labels_l, values_l, epochs_l = fams[family]
             labels_l.append(labels)
             values_l.append(value * tb.unit if kind == _DURATION else float(value))
             epochs_l.append(epoch)
-            if kind == _PLAIN or (dur_key is not None and dur_key in c):
+            if gauge is None or (dur_key is not None and dur_key in c):
                 continue  # no gauge, or the ratio comes from the duration counter
-            d = _Derived.of(derived, tb.bits)
-            gauge = _PAUSE_RATIO if kind == _TOTAL else _PFC_RATIO
-            scale = (tb.unit, 1.0) if kind == _DURATION else per_pause
-            d.add(rate_key, value, epoch, gauge, labels, scale)
+            if tb is not last:  # a port's counters come table by table
+                last = tb
+                d = _Derived.of(derived, tb.bits)
+                add_key, add_value, add_epoch = d.keys.append, d.values.append, d.epochs.append
+                add_gauge, add_scale = d.gauges.append, d.scales.append
+                scale = (tb.unit, 1.0) if kind == _DURATION else per_pause
+            add_key(rate_key)
+            add_value(value)
+            add_epoch(epoch)
+            add_gauge(gauge)
+            add_scale(scale)
 
 
 _UTIL = fam.SW_UTILIZATION.name
@@ -863,31 +885,28 @@ _Family = tuple[list[tuple[str, ...]], list[float], list[int | None]]
 @dataclass(slots=True)
 class _Derived:
     """The counters of one width whose rates give gauges, in poll order: counter ``i``
-    gives gauge ``gauges[i]`` of series ``labels[i]``, min(1, rate x mul / div) for
+    gives ``gauges[i]`` = (gauge family, labels), min(1, rate x mul / div) for
     ``scales[i]`` = (mul, div) (no gauge where None: a port without speed)."""
 
     keys: list[tuple[object, ...]] = field(default_factory=list)
     values: list[int] = field(default_factory=list)
     epochs: list[int | None] = field(default_factory=list)
-    gauges: list[str] = field(default_factory=list)
-    labels: list[tuple[str, ...]] = field(default_factory=list)
+    gauges: list[_Gauge] = field(default_factory=list)
     scales: list[_Scale | None] = field(default_factory=list)
 
-    def add(  # noqa: PLR0917 - one counter's whole description
+    def add(
         self,
         key: tuple[object, ...],
         value: int,
         epoch: int,
-        gauge: str,
-        labels: tuple[str, ...],
+        gauge: _Gauge,
         scale: _Scale | None,
     ) -> None:
-        """Counter ``key`` at ``value``, whose rate gives ``gauge`` of series ``labels``."""
+        """Counter ``key`` at ``value``, whose rate gives ``gauge``."""
         self.keys.append(key)
         self.values.append(value)
         self.epochs.append(epoch)
         self.gauges.append(gauge)
-        self.labels.append(labels)
         self.scales.append(scale)
 
     @classmethod
@@ -935,7 +954,7 @@ class _Samples:
                 kr = rates[bits] = KeyedRates(settings, bits)
             got = kr.update(tuple(d.keys), d.values, ts, d.epochs)
             fams = self.families
-            for gauge, labels, scale, rate in zip(d.gauges, d.labels, d.scales, got, strict=True):
+            for (gauge, labels), scale, rate in zip(d.gauges, d.scales, got, strict=True):
                 if rate is not None and scale is not None:
                     labels_l, values_l, _ = fams[gauge]
                     labels_l.append(labels)

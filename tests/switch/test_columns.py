@@ -52,7 +52,7 @@ def _target(tmp_path: Path, agent: SimAgent, name: str) -> TargetSettings:
         host="127.0.0.1",
         port=agent.port,
         community_file=community_file(tmp_path, "fw-sim"),
-        timeout=0.3,
+        timeout=1.0,
         retries=0,
         mode="switch",
     )
