@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import operator
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from itertools import repeat
 from pathlib import Path
 
 import structlog
@@ -153,6 +155,7 @@ class _PortCache:
     octets: dict[str, tuple[str, int, str]]
     util: dict[str, _Gauge]
     by_key: dict[_Key, _Recipe] = field(default_factory=dict)
+    layout: tuple[tuple[_Key, ...], list[_Run]] | None = None  # see _layout()
 
     @classmethod
     def of(cls, sw: str, port: str, if_index: int) -> _PortCache:
@@ -307,8 +310,8 @@ class SwitchCollector:
     async def collect(self) -> Sequence[Reading]:
         """Poll every target concurrently (bounded); failures only mark their target down.
 
-        A :class:`~fabricwatch.readings.Batch`: the per-port families of every target
-        as one :class:`~fabricwatch.readings.Columns` each (targets in order), the
+        A :class:`~fabricwatch.readings.Batch`: each target's per-port families as
+        :class:`~fabricwatch.readings.Columns` (one per family and target), the
         health and ECN readings as single readings.
         """
         polls = await asyncio.gather(*(self._poll(t) for t in self._targets))
@@ -826,6 +829,11 @@ class SwitchCollector:
         c = pd.counters
         fams = out.families
         derived = out.derived
+        keys = tuple(c)
+        layout = pc.layout
+        if layout is not None and layout[0] == keys:
+            _runs_samples(layout[1], list(map(_first, c.values())), epoch, per_pause, out)
+            return
         recipes = pc.by_key
         last: Table | None = None
         for key, (value, tb) in c.items():
@@ -850,6 +858,68 @@ class SwitchCollector:
             add_epoch(epoch)
             add_gauge(gauge)
             add_scale(scale)
+        pc.layout = _layout(keys, c, recipes)
+
+
+_first = operator.itemgetter(0)
+_Run = tuple[
+    str,
+    int,
+    int,
+    list[tuple[str, ...]],
+    tuple[int, list[tuple[object, ...]], list["_Gauge"]] | None,
+]
+"""Counters ``start:end`` of a port's poll, all of one family and table: (family,
+start, end, their labels, None or (width, rate keys, gauges) when their rates give
+gauges)."""
+
+
+def _layout(
+    keys: tuple[_Key, ...], c: dict[_Key, tuple[int, Table]], recipes: dict[_Key, _Recipe]
+) -> tuple[tuple[_Key, ...], list[_Run]] | None:
+    """The runs a port's counters ``c`` fall into, for :func:`_runs_samples` while the
+    port's counters are these same ``keys``; None where a value is not taken as is
+    (durations scale it) or a PFC ratio comes from another counter."""
+    runs: list[_Run] = []
+    prev: tuple[str, Table, bool] | None = None
+    for i, (key, (_, tb)) in enumerate(c.items()):
+        labels, rate_key, family, kind, dur_key, gauge = recipes[key]
+        if kind == _DURATION or (dur_key is not None and dur_key in c):
+            return None
+        here = (family, tb, gauge is not None)
+        if here != prev:
+            prev = here
+            runs.append((family, i, i, [], None if gauge is None else (tb.bits, [], [])))
+        family, start, _, run_labels, der = runs[-1]
+        run_labels.append(labels)
+        if der is not None and gauge is not None:
+            der[1].append(rate_key)
+            der[2].append(gauge)
+        runs[-1] = (family, start, i + 1, run_labels, der)
+    return keys, runs
+
+
+def _runs_samples(
+    runs: list[_Run], values: list[int], epoch: int, per_pause: _Scale | None, out: _Samples
+) -> None:
+    """:meth:`SwitchCollector._table_samples` for a port laid out in ``runs`` (see
+    :func:`_layout`): whole runs at a time, in C."""
+    fams = out.families
+    for family, start, end, labels, der in runs:
+        labels_l, values_l, epochs_l = fams[family]
+        seg = values[start:end]
+        labels_l.extend(labels)
+        values_l.extend(map(float, seg))
+        n = end - start
+        epochs_l.extend(repeat(epoch, n))
+        if der is not None:
+            bits, rate_keys, gauges = der
+            d = _Derived.of(out.derived, bits)
+            d.keys.extend(rate_keys)
+            d.values.extend(seg)
+            d.epochs.extend(repeat(epoch, n))
+            d.gauges.extend(gauges)
+            d.scales.extend(repeat(per_pause, n))
 
 
 _UTIL = fam.SW_UTILIZATION.name

@@ -1,8 +1,9 @@
 """The switch collector's fast paths equal the general ones.
 
-The collector hands its per-port families to the store as Columns and rates the
-counters its gauges derive from with :class:`KeyedRates`; both must give what
-single readings and a :class:`CounterTracker` give, over wraps, resets, gaps,
+The collector hands its per-port families to the store as Columns (a port whose
+counters are the same as last poll's in whole runs) and rates the counters its
+gauges derive from with :class:`KeyedRates`; these must give what single
+readings, the counter-by-counter loop and a :class:`CounterTracker` give, over wraps, resets, gaps,
 garbage and truncated replies, ports that come and go, and several targets.
 A walk takes a whole well-formed reply at once, as its row-by-row loop would.
 """
@@ -87,9 +88,12 @@ async def test_columns_equal_single_readings_over_faults(
     sw, agent = sim
     targets = [_target(tmp_path, agent, n) for n in ("leaf1", "leaf2")]
     h = make_harness(targets, clock=clock, backoff_initial=0.5, backoff_max=1.0)
+    # The same poller, its per-port layouts forgotten every poll: the general path.
+    cold = make_harness(targets, clock=clock, backoff_initial=0.5, backoff_max=1.0)
     singles = SnapshotStore()
     singles.register("switch", h.collector.metrics())
     await h.collector.start()
+    await cold.collector.start()
     # Fast 32-bit counters wrap every few polls; PFC pauses part of the time.
     sw.set_rate("Ethernet0", "in_discards", 1.5e9)
     sw.set_rate("Ethernet4", "out_errors", 3.0e9)
@@ -106,7 +110,7 @@ async def test_columns_equal_single_readings_over_faults(
         19: lambda: _add_port(sw, agent, SimPort(9, "Ethernet8")),
         21: lambda: sw.set_rate("Ethernet0", "rx_bytes", 0.0),
     }
-    seen_columns = seen_wrap = 0
+    seen_columns = seen_wrap = laid_out = 0
     for k in range(26):
         steps.get(k, lambda: None)()
         # A gap (longer than gap_after) while the agent is silent; 1 s otherwise.
@@ -120,10 +124,19 @@ async def test_columns_equal_single_readings_over_faults(
         b = singles.ingest("switch", flat, now)
         assert (a.accepted, a.rejected) == (b.accepted, b.rejected)
         assert _snapshot(h.store) == _snapshot(singles)
+        for name in ("leaf1", "leaf2"):
+            for pc in cold.collector.target_state(name).label_cache.values():
+                pc.layout = None
+        cold_batch = await _collect(cold.collector)
+        cold.store.ingest("switch", cold_batch, now)
+        assert _snapshot(cold.store) == _snapshot(h.store)
+        laid_out += sum(
+            pc.layout is not None for pc in h.collector.target_state("leaf1").label_cache.values()
+        )
         d = h.store.get("fabricwatch_switch_port_discards", ("leaf1", "Ethernet0", "rx"))
         if d is not None and d.value > 2**32:
             seen_wrap += 1
-    assert seen_columns > 0 and seen_wrap > 0
+    assert seen_columns > 0 and seen_wrap > 0 and laid_out > 0
     ratio = h.store.get("fabricwatch_switch_pfc_pause_ratio", ("leaf2", "Ethernet0", "3", "rx"))
     assert ratio is not None and ratio.value == pytest.approx(0.4, abs=0.02)
 
