@@ -11,7 +11,7 @@ A walk takes a whole well-formed reply at once, as its row-by-row loop would.
 from __future__ import annotations
 
 import random
-from collections.abc import AsyncIterator, Callable, Hashable
+from collections.abc import Callable, Hashable
 from pathlib import Path
 
 import pytest
@@ -25,26 +25,11 @@ from fabricwatch.collectors.switch._settings import TargetSettings
 from fabricwatch.counters import CounterTracker, TrackerSettings
 from fabricwatch.readings import Batch, Reading
 from fabricwatch.store import SnapshotStore
-from fabricwatch.testing.sim_snmp import SimAgent, SimPort, SimSwitch, demo_switch
+from fabricwatch.testing.sim_snmp import SimAgent, SimPort, SimSwitch
 
 from .conftest import Harness, ManualClock, community_file
 
 _Snapshot = dict[tuple[str, tuple[str, ...]], tuple[float, float | None, float | None]]
-
-
-@pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock()
-
-
-@pytest.fixture
-async def sim(clock: ManualClock) -> AsyncIterator[tuple[SimSwitch, SimAgent]]:
-    sw = demo_switch(4, node="gpu-node-1", clock=clock)
-    agent = await SimAgent(sw, community="fw-sim").start()
-    try:
-        yield sw, agent
-    finally:
-        agent.close()
 
 
 def _target(tmp_path: Path, agent: SimAgent, name: str) -> TargetSettings:
