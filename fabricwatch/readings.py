@@ -114,6 +114,9 @@ class Columns:
         epochs: each series' own token instead, in the order of ``labels``.
         ts: monotonic time of the samples, if the collector knows it better
             than the pipeline (see :attr:`Reading.ts`).
+        source: which of the collector's sources the samples are of, when one
+            collector feeds a family from several (a switch per target, each
+            with its own poll time): the store keeps each source's series apart.
     """
 
     name: str
@@ -122,6 +125,7 @@ class Columns:
     epoch: int | None = None
     epochs: Sequence[int | None] | None = None
     ts: float | None = None
+    source: str = ""
 
     def readings(self) -> Iterator[Reading]:
         """The same samples as single readings."""
@@ -147,13 +151,17 @@ class ColumnsBuilder:
         values: Sequence[float],
         epoch: int | None = None,
         epochs: Sequence[int | None] | None = None,
+        *,
+        ts: float | None = None,
+        source: str = "",
     ) -> Columns:
-        """This cycle's columns of the family (``epochs``: per series, see :class:`Columns`)."""
+        """This cycle's columns of the family (``epochs``, ``ts``, ``source``: see
+        :class:`Columns`)."""
         now = tuple(labels)
         # Tuples of the same label tuples compare by identity, item by item, in C.
         if now != self._labels:
             self._labels = now
-        return Columns(self.name, self._labels, values, epoch, epochs)
+        return Columns(self.name, self._labels, values, epoch, epochs, ts, source)
 
 
 class Batch(Sequence[Reading]):

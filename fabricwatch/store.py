@@ -236,8 +236,8 @@ class SnapshotStore:
         # collector may feed; one dict lookup per reading instead of three.
         # Rebuilt lazily after every register().
         self._routes: dict[str, dict[str, _Route]] = {}
-        # Per (collector, family) fed as Columns: its series in column order.
-        self._columns: dict[tuple[str, str], _ColumnState] = {}
+        # Per (collector, family, source) fed as Columns: its series in column order.
+        self._columns: dict[tuple[str, str, str], _ColumnState] = {}
 
     def register(self, collector: str, specs: Iterable[MetricSpec]) -> None:
         """Declare the families a collector produces. Names are unique across collectors."""
@@ -411,7 +411,7 @@ class SnapshotStore:
         bad: dict[int, str] = {}
         if not math.isfinite(sum(values)) or (is_counter and n and min(values) < 0):
             bad = _invalid(values, is_counter)
-        key = (collector, col.name)
+        key = (collector, col.name, col.source)
         st = self._columns.get(key)
         ts = now if col.ts is None else col.ts
         if st is None or st.labels is not col.labels:
@@ -510,7 +510,7 @@ class SnapshotStore:
             if not h:
                 s.full = True
 
-    def _unbind(self, key: tuple[str, str]) -> None:
+    def _unbind(self, key: tuple[str, str, str]) -> None:
         """Hand a family's column state back to its series (single readings go on from it)."""
         st = self._columns.pop(key, None)
         if st is None or st.counters is None:
@@ -597,7 +597,7 @@ class SnapshotStore:
     def _prune_columns(self, names: set[str]) -> None:
         """Drop expired series from the column states of families ``names``; those
         states match their series again on the next ingest (not holding the dropped ones)."""
-        for (_, name), st in self._columns.items():
+        for (_, name, _), st in self._columns.items():
             if name not in names:
                 continue
             live = self._by_name[name]

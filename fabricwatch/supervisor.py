@@ -341,6 +341,9 @@ class Supervisor:
             # the series over the limit.
             columns = []
             for c in readings.columns:
+                if all(map(store.family_series(c.name).__contains__, c.labels)):
+                    columns.append(c)  # every series exists (admit() keeps each): no loop
+                    continue
                 keep = [i for i, labels in enumerate(c.labels) if admit(c.name, labels)]
                 if len(keep) == len(c.labels):
                     columns.append(c)

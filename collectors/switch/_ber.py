@@ -241,7 +241,8 @@ def decode_response(data: bytes, oids: dict[bytes, Oid] | None = None) -> Respon
                         if oids is not None and len(oids) < OID_CACHE_CAP:
                             oids[body] = oid
                     value = int.from_bytes(data[oe + 2 : ve], "big")
-                    if value.bit_length() > (64 if vtag == 0x46 else 32):
+                    # Up to 4 bytes fit every type: the range check only for longer ones.
+                    if vl > 4 and value.bit_length() > (64 if vtag == 0x46 else 32):
                         msg = f"value out of range for its type (tag 0x{vtag:02x}): {value}"
                         raise ParseError(msg)
                     push((oid, value))

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import operator
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -30,6 +31,7 @@ from ._ber import (
     GET,
     GETBULK,
     Oid,
+    Response,
     Special,
     Value,
     VarBind,
@@ -137,6 +139,16 @@ class _Channel(asyncio.DatagramProtocol):
         self.error = exc
 
 
+_VBL_CACHE_CAP = 1024
+"""Encoded request varbind lists a session keeps (~200 bytes each)."""
+
+
+def _expire(waiter: asyncio.Future[Any]) -> None:
+    """A try's timeout: wake its request with no response."""
+    if not waiter.done():
+        waiter.set_result(None)
+
+
 class NativeV2cSession:
     """SNMPv2c over a connected UDP socket, with the :mod:`._ber` codec."""
 
@@ -174,31 +186,42 @@ class NativeV2cSession:
         vbl = self._vbl_cache.get(oids)
         if vbl is None:
             vbl = encode_varbind_list(oids)
-            # Node-mode polls repeat the same request lists: keep them, bounded.
-            if len(self._vbl_cache) < 256:
+            # Polls repeat the same request lists (a 512-port switch-mode walk
+            # ~330 a poll): keep them, bounded.
+            if len(self._vbl_cache) < _VBL_CACHE_CAP:
                 self._vbl_cache[oids] = vbl
         return vbl
 
     async def _request(self, pdu: int, a: int, b: int, oids: tuple[Oid, ...]) -> list[VarBind]:
         chan = await self._ensure()
-        assert chan.transport is not None
+        transport = chan.transport
+        assert transport is not None
         vbl = self._varbind_list(oids)
         loop = asyncio.get_running_loop()
-        fut: asyncio.Future[Any] = loop.create_future()
         ids: list[int] = []
         malformed_before = self.stats.malformed
         self.stats.requests += 1
+        pending = chan.pending
+        resp: Response | None = None
+        waiter: asyncio.Future[Any] | None = None
+        timer: asyncio.TimerHandle | None = None
+        # One future per try, which the answer to any try so far completes (a late
+        # answer to an earlier try still counts), and a timer that completes it
+        # with None: two loop iterations a request, where wait_for(shield(...))
+        # took four and three more futures (switch mode sends ~300 a poll).
         try:
             for _ in range(self._retries + 1):
                 rid = next(self._ids) & 0x7FFFFFFF
                 ids.append(rid)
-                chan.pending[rid] = fut  # a late answer to an earlier try still counts
-                chan.transport.sendto(encode_request(self._community, pdu, rid, a, b, vbl))
-                try:
-                    resp = await asyncio.wait_for(asyncio.shield(fut), self._timeout)
+                waiter = loop.create_future()
+                for r in ids:
+                    pending[r] = waiter
+                transport.sendto(encode_request(self._community, pdu, rid, a, b, vbl))
+                timer = loop.call_later(self._timeout, _expire, waiter)
+                resp = await waiter
+                timer.cancel()
+                if resp is not None:
                     break
-                except TimeoutError:
-                    continue
             else:
                 self.stats.timeouts += 1
                 if self.stats.malformed > malformed_before:
@@ -212,16 +235,19 @@ class NativeV2cSession:
                 raise SnmpTimeout(msg)
         finally:
             for rid in ids:
-                chan.pending.pop(rid, None)
-            if not fut.done():
-                fut.cancel()
+                pending.pop(rid, None)
+            if timer is not None:
+                timer.cancel()
+            if waiter is not None and not waiter.done():
+                waiter.cancel()
+        assert resp is not None
         if resp.error_status:
             name = ERROR_STATUS.get(resp.error_status, str(resp.error_status))
             if resp.error_status == 1:
                 raise SnmpTooBig("agent answered tooBig")
             msg = f"agent error-status {name} at varbind {resp.error_index}"
             raise SnmpError(msg)
-        return resp.varbinds  # type: ignore[no-any-return]
+        return resp.varbinds
 
     async def get(self, oids: Sequence[Oid]) -> list[VarBind]:
         """GET in chunks of ``max_oids_per_request``."""
@@ -502,7 +528,7 @@ async def walk(
         done: set[Oid] = set()
         progressed = False
         for j, col in enumerate(batch):
-            progressed |= _take_rows(col, vbs[j :: len(batch)], result[col], cursor, done)
+            progressed |= take_rows(col, vbs[j :: len(batch)], result[col], cursor, done)
         if not done and not progressed:
             msg = "GETBULK reply made no progress (agent answers fewer varbinds than columns)"
             raise SnmpError(msg)
@@ -511,11 +537,39 @@ async def walk(
     return result
 
 
-def _take_rows(
+def take_rows(
     col: Oid, vbs: list[VarBind], rows: list[VarBind], cursor: dict[Oid, Oid], done: set[Oid]
 ) -> bool:
     """Append column ``col``'s rows of one reply (``vbs``: every n-th varbind, in C) to
     ``rows`` until the column ends (added to ``done``); whether any row was new."""
+    if not vbs:
+        return False
+    plen = len(col)
+    cur = cursor[col]
+    # The common reply checked whole, in C: every row inside the column and after
+    # the cursor (the first after it, the last in the column, each after the one
+    # before: the column's OIDs are one contiguous range), no exception value.
+    # Then every row is taken, as the loop below would take them.
+    oids = list(map(_first, vbs))
+    last = oids[-1]
+    if (
+        oids[0] > cur
+        and len(last) > plen
+        and last[:plen] == col
+        and all(map(operator.lt, oids, oids[1:]))
+        and Special not in set(map(type, map(_second, vbs)))
+    ):
+        rows.extend(vbs)
+        cursor[col] = last
+        return True
+    return take_rows_each(col, vbs, rows, cursor, done)
+
+
+def take_rows_each(
+    col: Oid, vbs: list[VarBind], rows: list[VarBind], cursor: dict[Oid, Oid], done: set[Oid]
+) -> bool:
+    """:func:`take_rows` varbind by varbind (any reply: the end of a column, exception
+    values, an agent that goes backwards)."""
     plen = len(col)
     cur = cursor[col]
     before = len(rows)
@@ -529,3 +583,7 @@ def _take_rows(
         return False
     cursor[col] = cur
     return True
+
+
+_first = operator.itemgetter(0)
+_second = operator.itemgetter(1)

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import operator
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from itertools import repeat
 from pathlib import Path
 
 import structlog
@@ -12,9 +14,9 @@ import structlog
 from fabricwatch import signals as fam
 from fabricwatch.collector import CollectionFailedError, CollectorEnv
 from fabricwatch.collectors.switchcommon.uplinks import find_uplinks, local_macs
-from fabricwatch.counters import CounterTracker
+from fabricwatch.counters import TrackerSettings
 from fabricwatch.errors import CollectorError, ConfigError
-from fabricwatch.readings import MetricSpec, Reading
+from fabricwatch.readings import Batch, Columns, ColumnsBuilder, MetricSpec, Reading
 from fabricwatch.secrets import read_secret
 
 from . import _cbqos
@@ -31,6 +33,7 @@ from ._client import (
 )
 from ._lldp import LOC_OIDS, REM_OIDS, map_local_ports, parse_remote
 from ._profiles import Profile, ProfileSet, Table, load_profiles
+from ._rates import KeyedRates
 from ._settings import SwitchSettings, TargetSettings
 
 log = structlog.get_logger("fabricwatch.collectors.switch")
@@ -120,6 +123,8 @@ class _Target:
     label_cache: dict[int, _PortCache] = field(default_factory=dict)  # reset by discovery
     oid_plan: dict[Oid, _Plan] = field(default_factory=dict)  # reset by discovery
     bulk: BulkSize = field(default_factory=BulkSize)  # the poll walk's request size
+    rates: dict[int, KeyedRates] = field(default_factory=dict)  # derived gauges' counters
+    builders: dict[str, ColumnsBuilder] = field(default_factory=dict)  # per-port families
 
     @property
     def name(self) -> str:
@@ -148,40 +153,71 @@ class _PortCache:
     sp: tuple[str, str]
     by_dir: dict[str, tuple[str, str, str]]
     octets: dict[str, tuple[str, int, str]]
-    by_key: dict[_Key, tuple[tuple[str, ...], tuple[object, ...]]] = field(default_factory=dict)
+    util: dict[str, _Gauge]
+    by_key: dict[_Key, _Recipe] = field(default_factory=dict)
+    layout: tuple[tuple[_Key, ...], list[_Run]] | None = None  # see _layout()
 
     @classmethod
     def of(cls, sw: str, port: str, if_index: int) -> _PortCache:
+        by_dir = {d: (sw, port, d) for d in ("rx", "tx")}
         return cls(
             port,
             (sw, port),
-            {d: (sw, port, d) for d in ("rx", "tx")},
+            by_dir,
             {n: (sw, if_index, n) for n in ("in_octets", "out_octets")},
+            {d: (fam.SW_UTILIZATION.name, labels) for d, labels in by_dir.items()},
         )
 
-    def counter(
-        self, sw: str, if_index: int, key: _Key, tb: Table
-    ) -> tuple[tuple[str, ...], tuple[object, ...]]:
-        """(labels, rate key) of one port counter."""
+    def recipe(self, sw: str, if_index: int, key: _Key, tb: Table) -> _Recipe:
+        """What one profile-table counter of this port is (see :data:`_Recipe`)."""
         got = self.by_key.get(key)
         if got is None:
             signal, direction, sub = key
             labels: tuple[str, ...]
+            rate_key: tuple[object, ...] = ()
+            dur_key: _Key | None = None
             if signal in ("pfc_frames", "pfc_duration"):
                 labels = (sw, self.port, str(sub), direction)
-                rate_key: tuple[object, ...] = (sw, if_index, signal, direction, sub)
+                rate_key = (sw, if_index, signal, direction, sub)
+                if signal == "pfc_frames":
+                    dur_key = ("pfc_duration", direction, sub)
             elif signal == "queue_drops":
                 labels = (sw, self.port, tb.queue_label(sub))
-                rate_key = ()
             else:  # pfc_total_frames, link_pause_frames: per direction
                 labels = self.by_dir.get(direction) or (sw, self.port, direction)
                 rate_key = (sw, if_index, signal, direction)
-            got = self.by_key[key] = (labels, rate_key)
+            family, kind = _SIGNALS[signal]
+            gauge = _GAUGES[kind]
+            g = None if gauge is None else (gauge, labels)
+            got = self.by_key[key] = (labels, rate_key, family, kind, dur_key, g)
         return got
 
 
-_new_reading = tuple.__new__
-"""``Reading(...)`` without NamedTuple's Python-level ``__new__`` (same object, all six fields)."""
+_PLAIN, _FRAMES, _DURATION, _TOTAL = range(4)
+_SIGNALS = {
+    "pfc_frames": (fam.SW_PFC_FRAMES.name, _FRAMES),
+    "pfc_duration": (fam.SW_PFC_SECONDS.name, _DURATION),
+    "pfc_total_frames": (sig.PORT_PFC_PAUSE_FRAMES.name, _TOTAL),
+    "link_pause_frames": (fam.SW_LINK_PAUSE_FRAMES.name, _PLAIN),
+    "queue_drops": (fam.SW_QUEUE_DROPS.name, _PLAIN),
+}
+"""Profile-table signal -> (counter family, what derives from it: nothing, a pause
+ratio from frames unless a duration counter gives it, from the duration, from
+interface-total frames)."""
+_GAUGES = {
+    _PLAIN: None,
+    _FRAMES: fam.SW_PFC_RATIO.name,
+    _DURATION: fam.SW_PFC_RATIO.name,
+    _TOTAL: sig.PORT_PFC_PAUSE_RATIO.name,
+}
+_Gauge = tuple[str, tuple[str, ...]]
+"""A derived gauge series: (family, labels)."""
+_Recipe = tuple[tuple[str, ...], tuple[object, ...], str, int, _Key | None, _Gauge | None]
+"""A port counter's labels, rate key, family, :data:`_SIGNALS` kind, for PFC frames
+the key of the duration counter that gives the ratio instead, and the gauge its
+rate gives (None: none)."""
+
+
 _OCTETS = (("in_octets", fam.SW_RX_BYTES.name, "rx"), ("out_octets", fam.SW_TX_BYTES.name, "tx"))
 _DROPS = (
     ("in_discards", fam.SW_DISCARDS.name, "rx"),
@@ -214,7 +250,7 @@ class SwitchCollector:
         self._profiles = profiles or load_profiles(tuple(Path(d) for d in settings.profile_dirs))
         self._targets = [_Target(t, t.mode or settings.mode) for t in settings.targets]
         self._node_names = [env.node, *settings.node_names]
-        self._tracker = CounterTracker()
+        self._tracker_settings = TrackerSettings()
         self._sem = asyncio.Semaphore(settings.max_concurrency)
 
     @property
@@ -272,11 +308,17 @@ class SwitchCollector:
         return NativeV2cSession(cfg.host, cfg.port, community, **common)  # type: ignore[arg-type]
 
     async def collect(self) -> Sequence[Reading]:
-        """Poll every target concurrently (bounded); failures only mark their target down."""
-        results = await asyncio.gather(*(self._poll(t) for t in self._targets))
-        out: list[Reading] = []
-        for r in results:
-            out.extend(r)
+        """Poll every target concurrently (bounded); failures only mark their target down.
+
+        A :class:`~fabricwatch.readings.Batch`: each target's per-port families as
+        :class:`~fabricwatch.readings.Columns` (one per family and target), the
+        health and ECN readings as single readings.
+        """
+        polls = await asyncio.gather(*(self._poll(t) for t in self._targets))
+        singles: list[Reading] = []
+        for p in polls:
+            singles.extend(p.singles)
+        out = Batch(singles, self._columns(polls))
         if self._targets and not any(t.up for t in self._targets):
             # Every switch failed: the collector is down, not "up with no data".
             # The per-target health readings still go to the store.
@@ -288,6 +330,23 @@ class SwitchCollector:
             raise CollectionFailedError(msg, out)
         return out
 
+    def _columns(self, polls: Sequence[_Samples]) -> list[Columns]:
+        """Each target's per-port families of this cycle as Columns (one per family and
+        target: each target's samples carry its own poll time)."""
+        out: list[Columns] = []
+        counters = _COUNTER_COLUMNS
+        for t, p in zip(self._targets, polls, strict=True):
+            builders = t.builders
+            for name, (labels, values, epochs) in p.families.items():
+                if not values:
+                    continue
+                builder = builders.get(name)
+                if builder is None:
+                    builder = builders[name] = ColumnsBuilder(name)
+                e = epochs if name in counters else None
+                out.append(builder.columns(labels, values, epochs=e, ts=p.ts, source=t.name))
+        return out
+
     async def close(self) -> None:
         """Close every session."""
         for t in self._targets:
@@ -297,29 +356,30 @@ class SwitchCollector:
 
     # -- polling ----------------------------------------------------------
 
-    async def _poll(self, t: _Target) -> list[Reading]:
+    async def _poll(self, t: _Target) -> _Samples:
+        out = _Samples()
         now = self._env.monotonic()
         if t.session is None or now < t.next_attempt:
-            return self._health(t, now)
-        readings: list[Reading] = []
+            out.singles.extend(self._health(t, now))
+            return out
         async with self._sem:
             t0 = self._env.monotonic()
             try:
                 interval = self._settings.discovery_interval
                 if t.discovered_at is None or t0 - t.discovered_at >= interval:
                     await self._discover(t)
-                readings = await self._collect_target(t)
+                await self._collect_target(t, out)
             except SnmpError as exc:
                 self._failed(t, exc)
-                readings = []
+                out = _Samples()
             else:
                 if t.failures:
                     log.info("switch_recovered", switch=t.name, after_failures=t.failures)
                 t.failures = 0
                 t.up = True
             t.last_duration = self._env.monotonic() - t0
-        readings.extend(self._health(t, self._env.monotonic()))
-        return readings
+        out.singles.extend(self._health(t, self._env.monotonic()))
+        return out
 
     def _failed(self, t: _Target, exc: SnmpError) -> None:
         t.failures += 1
@@ -543,7 +603,7 @@ class SwitchCollector:
 
     # -- collection -------------------------------------------------------
 
-    async def _collect_target(self, t: _Target) -> list[Reading]:
+    async def _collect_target(self, t: _Target, out: _Samples) -> None:
         assert t.session is not None and t.profile is not None
         varbinds: list[VarBind] = await t.session.get(t.get_oids)
         if t.walk_columns:
@@ -552,8 +612,8 @@ class SwitchCollector:
             )
             for c in t.walk_columns:
                 varbinds.extend(cols[c])
-        ts = self._env.monotonic()
-        return self._readings(t, varbinds, ts)
+        out.ts = self._env.monotonic()
+        self._readings(t, varbinds, out.ts, out)
 
     @staticmethod
     def _plan_oid(t: _Target, oid: Oid) -> _Plan:
@@ -597,7 +657,8 @@ class SwitchCollector:
             return (_ORPHAN, 0, "", None, None)
         return (_COUNTER, if_index, "", (tb.signal, tb.direction, sub), tb)
 
-    def _readings(self, t: _Target, varbinds: Iterable[VarBind], ts: float) -> list[Reading]:
+    def _readings(self, t: _Target, varbinds: Iterable[VarBind], ts: float, out: _Samples) -> None:
+        """One poll's varbinds of target ``t`` as samples in ``out``."""
         assert t.profile is not None
         ports: dict[int, _PortData] = {}
         uptime: int | None = None
@@ -636,9 +697,9 @@ class SwitchCollector:
         t.orphans = orphans
         self._uptime(t, uptime)
         self._say_missing(t, ports)
-        out: list[Reading] = []
         for if_index, pd in ports.items():
-            self._port_readings(t, if_index, pd, ts, out)
+            self._port_samples(t, if_index, pd, out)
+        out.rate(t.rates, self._tracker_settings, ts)
         if ecn_vbs:
             for (if_index, queue), marks in _cbqos.ecn_marks(ecn_vbs, t.cbqos).items():
                 if if_index not in known:
@@ -646,8 +707,9 @@ class SwitchCollector:
                 disc = ports[if_index].values.get("disc", 0) if if_index in ports else 0
                 epoch = (t.boot << 32) | (disc & 0xFFFFFFFF)
                 labels = (t.name, t.ports[if_index], queue)
-                out.append(Reading(fam.SW_ECN.name, labels, float(marks), ts=ts, epoch=epoch))
-        return out
+                out.singles.append(
+                    Reading(fam.SW_ECN.name, labels, float(marks), ts=ts, epoch=epoch)
+                )
 
     def _say_missing(self, t: _Target, ports: dict[int, _PortData]) -> None:
         """Log once per switch (again only when it changes) which IF-MIB columns are absent."""
@@ -708,20 +770,13 @@ class SwitchCollector:
         t.discovered_at = None  # agent restarted: ifIndexes may have moved
         log.info("switch_restarted", switch=t.name, uptime_before=last, uptime_now=uptime)
 
-    def _rate(
-        self, key: tuple[object, ...], value: float, ts: float, bits: int, epoch: int
-    ) -> float | None:
-        r = self._tracker.update(key, value, ts, bits=bits, epoch=epoch)
-        return None if r is None else r.per_second
-
-    def _port_readings(
-        self, t: _Target, if_index: int, pd: _PortData, ts: float, out: list[Reading]
-    ) -> None:
+    def _port_samples(self, t: _Target, if_index: int, pd: _PortData, out: _Samples) -> None:
+        """One port's samples into ``out``: its counters and gauges by family, and the
+        counters its derived gauges need rates of (see :meth:`_Samples.derive`)."""
         sw, port = t.name, t.ports[if_index]
         pc = t.label_cache.get(if_index)
         if pc is None or pc.port != port:
             pc = t.label_cache[if_index] = _PortCache.of(sw, port, if_index)
-        new, push = _new_reading, out.append
         v = pd.values
         epoch = (t.boot << 32) | (v.get("disc", 0) & 0xFFFFFFFF)
         sp, by_dir = pc.sp, pc.by_dir
@@ -735,60 +790,243 @@ class SwitchCollector:
                     "switch_port_oper_changed", switch=sw, port=port, up=oper == 1, flaps=flaps
                 )
             t.oper[if_index] = oper
-            push(new(Reading, (fam.SW_PORT_UP.name, sp, 1.0 if oper == 1 else 0.0, ts, None, None)))
-            push(new(Reading, (fam.SW_PORT_FLAPS.name, sp, float(flaps), ts, None, None)))
+            out.gauge(fam.SW_PORT_UP.name, sp, 1.0 if oper == 1 else 0.0)
+            out.gauge(fam.SW_PORT_FLAPS.name, sp, float(flaps))
         speed_bps = self._speed_bps(t, if_index, pd)
         if speed_bps > 0:
-            push(new(Reading, (fam.SW_SPEED.name, sp, speed_bps / 8, ts, None, None)))
+            out.gauge(fam.SW_SPEED.name, sp, speed_bps / 8)
+        # Derived gauges: min(1, rate x mul / div) (None: no speed, no gauge).
+        per_bit = None if speed_bps <= 0 else (8.0, speed_bps)
+        per_pause = None if speed_bps <= 0 else (float(PAUSE_QUANTUM_BITS), speed_bps)
         for name, family, direction in _OCTETS:
-            if name in v:
-                push(new(Reading, (family, sp, float(v[name]), ts, epoch, None)))
-                rate = self._rate(pc.octets[name], v[name], ts, 64, epoch)
-                if rate is not None and speed_bps > 0:
-                    util = min(1.0, rate * 8 / speed_bps)
-                    push(
-                        new(
-                            Reading,
-                            (fam.SW_UTILIZATION.name, by_dir[direction], util, ts, None, None),
-                        )
-                    )
+            value = v.get(name)
+            if value is not None:
+                out.counter(family, sp, value, epoch)
+                d = _Derived.of(out.derived, 64)
+                d.add(pc.octets[name], value, epoch, pc.util[direction], per_bit)
         for name, family, direction in _DROPS:
-            if name in v:
-                push(new(Reading, (family, by_dir[direction], float(v[name]), ts, epoch, None)))
+            value = v.get(name)
+            if value is not None:
+                out.counter(family, by_dir[direction], value, epoch)
+        if pd.counters:
+            self._table_samples(t, if_index, pd, pc, epoch, per_pause, out)
+
+    @staticmethod
+    def _table_samples(  # noqa: PLR0917 - the port's state, worked out by the caller
+        t: _Target,
+        if_index: int,
+        pd: _PortData,
+        pc: _PortCache,
+        epoch: int,
+        per_pause: _Scale | None,
+        out: _Samples,
+    ) -> None:
+        """The port's profile-table counters (PFC, pause, queue drops) into ``out``.
+
+        The hottest loop of a switch-mode poll (~40 counters a port): appends
+        inline, what each counter is worked out once per discovery (:meth:`_PortCache.recipe`).
+        """
         c = pd.counters
+        fams = out.families
+        derived = out.derived
+        keys = tuple(c)
+        layout = pc.layout
+        if layout is not None and layout[0] == keys:
+            _runs_samples(layout[1], list(map(_first, c.values())), epoch, per_pause, out)
+            return
+        recipes = pc.by_key
+        last: Table | None = None
         for key, (value, tb) in c.items():
-            signal, direction, sub = key
-            labels, rate_key = pc.counter(sw, if_index, key, tb)
-            if signal == "pfc_frames":
-                push(new(Reading, (fam.SW_PFC_FRAMES.name, labels, float(value), ts, epoch, None)))
-                dur = c.get(("pfc_duration", direction, sub))
-                if dur is not None:
-                    continue  # the ratio comes from the duration counter
-                rate = self._rate(rate_key, value, ts, tb.bits, epoch)
-                if rate is not None and speed_bps > 0:
-                    ratio = min(1.0, rate * PAUSE_QUANTUM_BITS / speed_bps)
-                    push(new(Reading, (fam.SW_PFC_RATIO.name, labels, ratio, ts, None, None)))
-            elif signal == "pfc_duration":
-                seconds = value * tb.unit
-                push(new(Reading, (fam.SW_PFC_SECONDS.name, labels, seconds, ts, epoch, None)))
-                rate = self._rate(rate_key, value, ts, tb.bits, epoch)
-                if rate is not None:
-                    ratio = min(1.0, rate * tb.unit)
-                    push(new(Reading, (fam.SW_PFC_RATIO.name, labels, ratio, ts, None, None)))
-            elif signal == "pfc_total_frames":
-                frames = float(value)
-                push(
-                    new(Reading, (sig.PORT_PFC_PAUSE_FRAMES.name, labels, frames, ts, epoch, None))
-                )
-                rate = self._rate(rate_key, value, ts, tb.bits, epoch)
-                if rate is not None and speed_bps > 0:
-                    ratio = min(1.0, rate * PAUSE_QUANTUM_BITS / speed_bps)
-                    push(
-                        new(Reading, (sig.PORT_PFC_PAUSE_RATIO.name, labels, ratio, ts, None, None))
-                    )
-            elif signal == "link_pause_frames":
-                frames = float(value)
-                push(new(Reading, (fam.SW_LINK_PAUSE_FRAMES.name, labels, frames, ts, epoch, None)))
-            elif signal == "queue_drops":
-                drops = float(value)
-                push(new(Reading, (fam.SW_QUEUE_DROPS.name, labels, drops, ts, epoch, None)))
+            r = recipes.get(key)
+            if r is None:
+                r = pc.recipe(t.name, if_index, key, tb)
+            labels, rate_key, family, kind, dur_key, gauge = r
+            labels_l, values_l, epochs_l = fams[family]
+            labels_l.append(labels)
+            values_l.append(value * tb.unit if kind == _DURATION else float(value))
+            epochs_l.append(epoch)
+            if gauge is None or (dur_key is not None and dur_key in c):
+                continue  # no gauge, or the ratio comes from the duration counter
+            if tb is not last:  # a port's counters come table by table
+                last = tb
+                d = _Derived.of(derived, tb.bits)
+                add_key, add_value, add_epoch = d.keys.append, d.values.append, d.epochs.append
+                add_gauge, add_scale = d.gauges.append, d.scales.append
+                scale = (tb.unit, 1.0) if kind == _DURATION else per_pause
+            add_key(rate_key)
+            add_value(value)
+            add_epoch(epoch)
+            add_gauge(gauge)
+            add_scale(scale)
+        pc.layout = _layout(keys, c, recipes)
+
+
+_first = operator.itemgetter(0)
+_Run = tuple[
+    str,
+    int,
+    int,
+    list[tuple[str, ...]],
+    tuple[int, list[tuple[object, ...]], list["_Gauge"]] | None,
+]
+"""Counters ``start:end`` of a port's poll, all of one family and table: (family,
+start, end, their labels, None or (width, rate keys, gauges) when their rates give
+gauges)."""
+
+
+def _layout(
+    keys: tuple[_Key, ...], c: dict[_Key, tuple[int, Table]], recipes: dict[_Key, _Recipe]
+) -> tuple[tuple[_Key, ...], list[_Run]] | None:
+    """The runs a port's counters ``c`` fall into, for :func:`_runs_samples` while the
+    port's counters are these same ``keys``; None where a value is not taken as is
+    (durations scale it) or a PFC ratio comes from another counter."""
+    runs: list[_Run] = []
+    prev: tuple[str, Table, bool] | None = None
+    for i, (key, (_, tb)) in enumerate(c.items()):
+        labels, rate_key, family, kind, dur_key, gauge = recipes[key]
+        if kind == _DURATION or (dur_key is not None and dur_key in c):
+            return None
+        here = (family, tb, gauge is not None)
+        if here != prev:
+            prev = here
+            runs.append((family, i, i, [], None if gauge is None else (tb.bits, [], [])))
+        family, start, _, run_labels, der = runs[-1]
+        run_labels.append(labels)
+        if der is not None and gauge is not None:
+            der[1].append(rate_key)
+            der[2].append(gauge)
+        runs[-1] = (family, start, i + 1, run_labels, der)
+    return keys, runs
+
+
+def _runs_samples(
+    runs: list[_Run], values: list[int], epoch: int, per_pause: _Scale | None, out: _Samples
+) -> None:
+    """:meth:`SwitchCollector._table_samples` for a port laid out in ``runs`` (see
+    :func:`_layout`): whole runs at a time, in C."""
+    fams = out.families
+    for family, start, end, labels, der in runs:
+        labels_l, values_l, epochs_l = fams[family]
+        seg = values[start:end]
+        labels_l.extend(labels)
+        values_l.extend(map(float, seg))
+        n = end - start
+        epochs_l.extend(repeat(epoch, n))
+        if der is not None:
+            bits, rate_keys, gauges = der
+            d = _Derived.of(out.derived, bits)
+            d.keys.extend(rate_keys)
+            d.values.extend(seg)
+            d.epochs.extend(repeat(epoch, n))
+            d.gauges.extend(gauges)
+            d.scales.extend(repeat(per_pause, n))
+
+
+_UTIL = fam.SW_UTILIZATION.name
+_PFC_RATIO = fam.SW_PFC_RATIO.name
+_PAUSE_RATIO = sig.PORT_PFC_PAUSE_RATIO.name
+_COUNTER_COLUMNS = (
+    fam.SW_RX_BYTES.name,
+    fam.SW_TX_BYTES.name,
+    fam.SW_DISCARDS.name,
+    fam.SW_ERRORS.name,
+    fam.SW_PFC_FRAMES.name,
+    fam.SW_PFC_SECONDS.name,
+    sig.PORT_PFC_PAUSE_FRAMES.name,
+    fam.SW_LINK_PAUSE_FRAMES.name,
+    fam.SW_QUEUE_DROPS.name,
+)
+_GAUGE_COLUMNS = (
+    fam.SW_PORT_UP.name,
+    fam.SW_PORT_FLAPS.name,
+    fam.SW_SPEED.name,
+    _UTIL,
+    _PFC_RATIO,
+    _PAUSE_RATIO,
+)
+_COLUMN_FAMILIES = _COUNTER_COLUMNS + _GAUGE_COLUMNS
+"""The per-port families, handed to the store as Columns (in this order)."""
+
+_Scale = tuple[float, float]
+_Family = tuple[list[tuple[str, ...]], list[float], list[int | None]]
+"""One family's series of one poll: labels, values, epochs (counters only)."""
+
+
+@dataclass(slots=True)
+class _Derived:
+    """The counters of one width whose rates give gauges, in poll order: counter ``i``
+    gives ``gauges[i]`` = (gauge family, labels), min(1, rate x mul / div) for
+    ``scales[i]`` = (mul, div) (no gauge where None: a port without speed)."""
+
+    keys: list[tuple[object, ...]] = field(default_factory=list)
+    values: list[int] = field(default_factory=list)
+    epochs: list[int | None] = field(default_factory=list)
+    gauges: list[_Gauge] = field(default_factory=list)
+    scales: list[_Scale | None] = field(default_factory=list)
+
+    def add(
+        self,
+        key: tuple[object, ...],
+        value: int,
+        epoch: int,
+        gauge: _Gauge,
+        scale: _Scale | None,
+    ) -> None:
+        """Counter ``key`` at ``value``, whose rate gives ``gauge``."""
+        self.keys.append(key)
+        self.values.append(value)
+        self.epochs.append(epoch)
+        self.gauges.append(gauge)
+        self.scales.append(scale)
+
+    @classmethod
+    def of(cls, derived: dict[int, _Derived], bits: int) -> _Derived:
+        """The counters of width ``bits`` in ``derived`` (made when there are none yet)."""
+        d = derived.get(bits)
+        if d is None:
+            d = derived[bits] = cls()
+        return d
+
+
+class _Samples:
+    """One target's poll: single readings, and the per-port families as columns.
+
+    Every series of the per-port families goes into per-family lists (no
+    :class:`Reading` per series); :meth:`SwitchCollector.collect` hands them to the
+    store as :class:`~fabricwatch.readings.Columns`, the same samples the single
+    readings of ``Batch.readings`` stand for.
+    """
+
+    __slots__ = ("derived", "families", "singles", "ts")
+
+    def __init__(self) -> None:
+        self.ts: float | None = None  # when the poll's last response came
+        self.singles: list[Reading] = []
+        self.families: dict[str, _Family] = {n: ([], [], []) for n in _COLUMN_FAMILIES}
+        self.derived: dict[int, _Derived] = {}
+
+    def counter(self, name: str, labels: tuple[str, ...], value: float, epoch: int) -> None:
+        labels_l, values_l, epochs_l = self.families[name]
+        labels_l.append(labels)
+        values_l.append(float(value))
+        epochs_l.append(epoch)
+
+    def gauge(self, name: str, labels: tuple[str, ...], value: float) -> None:
+        labels_l, values_l, _ = self.families[name]
+        labels_l.append(labels)
+        values_l.append(value)
+
+    def rate(self, rates: dict[int, KeyedRates], settings: TrackerSettings, ts: float) -> None:
+        """Rate the derived counters (state in ``rates``, by width) and add their gauges."""
+        for bits, d in self.derived.items():
+            kr = rates.get(bits)
+            if kr is None:
+                kr = rates[bits] = KeyedRates(settings, bits)
+            got = kr.update(tuple(d.keys), d.values, ts, d.epochs)
+            fams = self.families
+            for (gauge, labels), scale, rate in zip(d.gauges, d.scales, got, strict=True):
+                if rate is not None and scale is not None:
+                    labels_l, values_l, _ = fams[gauge]
+                    labels_l.append(labels)
+                    values_l.append(min(1.0, rate[0] * scale[0] / scale[1]))
+        self.derived = {}

@@ -19,6 +19,7 @@ from fabricwatch.collectors.switch._client import NativeV2cSession, SnmpError
 from fabricwatch.collectors.switch._collector import SwitchCollector
 from fabricwatch.collectors.switch._settings import SwitchSettings, TargetSettings
 from fabricwatch.store import SnapshotStore
+from fabricwatch.testing.sim_snmp import SimAgent, SimSwitch, demo_switch
 from tests.conftest import REPO, free_port
 
 SWITCH_DATA = REPO / "tests" / "data" / "switch"
@@ -187,6 +188,23 @@ def snmpd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Snmpd]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(5)
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    """A manual clock shared by a simulated switch and the collector."""
+    return ManualClock()
+
+
+@pytest.fixture
+async def sim(clock: ManualClock) -> AsyncIterator[tuple[SimSwitch, SimAgent]]:
+    """A 4-port simulated leaf (community ``fw-sim``) on the manual clock."""
+    sw = demo_switch(4, node="gpu-node-1", clock=clock)
+    agent = await SimAgent(sw, community="fw-sim").start()
+    try:
+        yield sw, agent
+    finally:
+        agent.close()
 
 
 def community_file(tmp_path: Path, community: str) -> str:

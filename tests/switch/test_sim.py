@@ -2,34 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import structlog
 
 from fabricwatch.collectors.switch._settings import TargetSettings
-from fabricwatch.testing.sim_snmp import SimAgent, SimPort, SimSwitch, demo_switch
+from fabricwatch.testing.sim_snmp import SimAgent, SimPort, SimSwitch
 
 from .conftest import Harness, ManualClock, community_file
 
 RATIO = "fabricwatch_switch_pfc_pause_ratio"
 FRAMES = "fabricwatch_switch_pfc_pause_frames"
-
-
-@pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock()
-
-
-@pytest.fixture
-async def sim(clock: ManualClock) -> AsyncIterator[tuple[SimSwitch, SimAgent]]:
-    sw = demo_switch(4, node="gpu-node-1", clock=clock)
-    agent = await SimAgent(sw, community="fw-sim").start()
-    try:
-        yield sw, agent
-    finally:
-        agent.close()
 
 
 def _target(tmp_path: Path, agent: SimAgent, **kw: object) -> TargetSettings:
