@@ -114,6 +114,9 @@ class _Episode:
     # rhythm plus one sample (a fault stalls the GPUs only when the compute
     # phase in flight ends).
     lead: float = 0.0
+    # Whether the stall began inside the sample before its dated onset (see
+    # GpuState.began_inside): the evidence window reaches back one more sample.
+    began_inside: bool = False
     # Each GPU's job-mates (job labels live, co-activity in replay).
     peers: Mapping[str, frozenset[str]] | None = None
     # Which job's port each port is, from the same baseline (two jobs only).
@@ -592,7 +595,7 @@ class Engine:
     ) -> tuple[Attribution, tuple[str, ...]]:
         s = self._eff
         if ep.lead <= 0:
-            ep.lead = self._lead(ep.onset)
+            ep.lead = self._lead(ep.onset) + (self.spacing if ep.began_inside else 0.0)
         if ep.peers is None:
             ep.peers = self._peers(ep)
             ep.base_onset = self._resumed_from(ep)
@@ -649,6 +652,7 @@ class Engine:
         if ep is None:
             onset = self._stall_onset(bad)
             ep = _Episode("stall", onset, now, run_onset=onset)
+            ep.began_inside = any(g.began_inside and g.idle_since == onset for g in bad)
         elif ep.broken_at is not None:
             self._rejoin(ep, min(g.idle_since for g in bad))
         lost = dt * len(bad)
