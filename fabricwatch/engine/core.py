@@ -114,6 +114,9 @@ class _Episode:
     # rhythm plus one sample (a fault stalls the GPUs only when the compute
     # phase in flight ends).
     lead: float = 0.0
+    # Whether the stall began inside the sample before its dated onset (see
+    # GpuState.began_inside): the evidence window reaches back one more sample.
+    began_inside: bool = False
     # Each GPU's job-mates (job labels live, co-activity in replay).
     peers: Mapping[str, frozenset[str]] | None = None
     # Which job's port each port is, from the same baseline (two jobs only).
@@ -126,6 +129,11 @@ class _Episode:
     # a cause first seen later (a checkpoint in the middle of a congestion
     # slowdown) is secondary evidence and never replaces these.
     open_causes: frozenset[Cause] = frozenset()
+    # Whether an unexplained slowdown's exchange slowed (see
+    # Engine._unseen_slowdown), judged once its run filled a throughput
+    # window (None before): its tail, work coming back into the window,
+    # never makes a deep one shallow.
+    exchange_slowed: bool | None = None
 
 
 class Engine:
@@ -587,7 +595,7 @@ class Engine:
     ) -> tuple[Attribution, tuple[str, ...]]:
         s = self._eff
         if ep.lead <= 0:
-            ep.lead = self._lead(ep.onset)
+            ep.lead = self._lead(ep.onset) + (self.spacing if ep.began_inside else 0.0)
         if ep.peers is None:
             ep.peers = self._peers(ep)
             ep.base_onset = self._resumed_from(ep)
@@ -644,6 +652,7 @@ class Engine:
         if ep is None:
             onset = self._stall_onset(bad)
             ep = _Episode("stall", onset, now, run_onset=onset)
+            ep.began_inside = any(g.began_inside and g.idle_since == onset for g in bad)
         elif ep.broken_at is not None:
             self._rejoin(ep, min(g.idle_since for g in bad))
         lost = dt * len(bad)
@@ -677,7 +686,9 @@ class Engine:
         out: list[IncidentTransition],
     ) -> _Episode | None:
         """One tick of the slowdown path. Slowdowns without evidence are not
-        incidents (evaluation phases, data loading): only attributed ones open."""
+        incidents (evaluation phases, data loading): only attributed ones
+        open, and on a node blind to congestion those whose exchange slowed
+        (:meth:`_unseen_slowdown`)."""
         s = self._eff
         if not bad:
             return self._quiet(ep, "slowdown", now)
@@ -693,9 +704,78 @@ class Engine:
         elif latest - ep.onset >= s.min_duration and now >= ep.next_score:
             attr, missing = self._score(ep, now)
             ep.next_score = now + s.rescore_every
-            if attr.cause is not Cause.UNKNOWN:
+            if attr.cause is not Cause.UNKNOWN or self._unseen_slowdown(ep, latest, missing):
                 self._open(ep, attr, missing, bad, now=now, out=out)
         return ep
+
+    def _unseen_slowdown(self, ep: _Episode, latest: float, missing: tuple[str, ...]) -> bool:
+        """Whether a slowdown nothing explains is ``unknown`` rather than no
+        incident: on a node that reads no congestion counters (ECN marks,
+        CNPs: the evidence of what slows an exchange), one unbroken for a
+        whole throughput window whose exchange slowed (:meth:`_exchange_slowed`),
+        judged once. The incident names the counters this node does not read."""
+        s = self._eff
+        w = self._comm_window()
+        if "congestion" not in missing or latest - ep.run_onset < max(s.min_duration, w):
+            return False
+        if ep.exchange_slowed is None:
+            ep.exchange_slowed = self._exchange_slowed(ep, latest, w)
+        return ep.exchange_slowed
+
+    def _exchange_slowed(self, ep: _Episode, latest: float, w: float) -> bool:
+        """Whether the job's exchange slowed over the latest throughput
+        window ``w``: communication throughput (NVLink) fell below its own
+        history on ``slow_gpus_ratio`` of the episode's GPUs while their work
+        did not rise, judged without each span's lowest sample (one sample
+        is no slowdown: a 1-3 s dip or a missing sample of a rhythm near the
+        sample spacing moves a 5 s window mean by the few per cent of a
+        shallow slowdown), and the median GPU's work stayed at
+        ``slow_ratio`` of its history or more (an evaluation phase or data
+        loading cuts the work itself). Without communication throughput
+        nothing tells a slower exchange from a change of work: no incident."""
+        s = self._eff
+        chunks = max(4, int(2.0 * s.baseline_window // w))
+        ratios: list[float] = []
+        held = 0
+        for gpu in sorted(ep.gpus, key=_gpu_order):
+            found = self.store.get(sig.GPU_SM, (gpu,)) or self.store.get(sig.GPU_POWER, (gpu,))
+            work = [found] if found is not None else []
+            change = _change(self._windows.chunk_means, work, latest, w, chunks)
+            if change is not None:
+                ratios.append(change.ratio)
+            traffic = _change(self._trimmed_means, self._nvlink(gpu), latest, w, chunks)
+            level = _change(self._trimmed_means, work, latest, w, chunks)
+            if (
+                traffic is not None
+                and traffic.fell(1.0 - s.slow_ratio)
+                and not (level is not None and level.rose())
+            ):
+                held += 1
+        need = max(1, math.ceil(s.slow_gpus_ratio * len(ep.gpus)))
+        return held >= need and bool(ratios) and sig.median(ratios) >= s.slow_ratio
+
+    def _nvlink(self, gpu: str) -> list[Series]:
+        """The GPU's NVLink transmit series: its total, else one per link."""
+        total = self.store.get(sig.NVLINK_TX, (gpu, "total"))
+        if total is not None:
+            return [total]
+        return [x for x in self.store.family(sig.NVLINK_TX) if x.labels[0] == gpu]
+
+    def _trimmed_means(
+        self, series: Series, now: float, width: float, chunks: int
+    ) -> list[float] | None:
+        """Means of ``series`` over the spans of :func:`signals.chunk_means`,
+        each without its lowest sample (None when a span holds fewer than
+        three points)."""
+        spans = [(now - width, now)]
+        spans += [(now - (j + 2) * width, now - (j + 1) * width - 1e-3) for j in range(chunks)]
+        out: list[float] = []
+        for start, end in spans:
+            vals = self._windows.values(series, start, end)
+            if len(vals) < 3:
+                return None
+            out.append((sum(vals) - min(vals)) / (len(vals) - 1))
+        return out
 
     def _quiet(self, ep: _Episode | None, kind: str, now: float) -> _Episode | None:
         """A tick without bad GPUs: the run breaks, and the episode ends once

@@ -52,6 +52,10 @@ class GpuState:
     slow: bool = False
     slow_since: float = 0.0
     last_sample: float = -math.inf
+    # Whether the idleness began inside the sample before the first idle one
+    # (that sample read under half the GPU's normal work): the stall is older
+    # than its dated onset by up to a sample.
+    began_inside: bool = False
 
     @property
     def stalled(self) -> bool:
@@ -243,18 +247,24 @@ class StallDetector:
             st.recent.clear()
         if idle and not st.idle:
             st.idle_since = ts
-            # A sample slower than the tick is an average over its interval:
-            # one at under half the GPU's normal work, just before the first
-            # idle one, had the stall start inside it.
+            # A sample is an average over its interval: one at under half the
+            # GPU's normal work, just before the first idle one, had the
+            # stall start inside it. Slower than the tick, the onset is dated
+            # there; at the tick's pace it stays at the first idle sample (a
+            # poll sooner is not worth a partial one), and only the evidence
+            # reaches back (see ``began_inside``).
             sp = self._spacing
-            if (
-                sp > 2 * self._tick
-                and before is not None
-                and st.baseline
-                and before < 0.5 * st.baseline
+            base = st.baseline
+            st.began_inside = (
+                before is not None
+                and base is not None
+                and base > 0
+                and before < 0.5 * base
                 and ts - before_ts <= 1.5 * sp
-            ):
+            )
+            if st.began_inside and sp > 2 * self._tick:
                 st.idle_since = before_ts
+                st.began_inside = False
         st.idle = idle
         st.recent.append(work)
 

@@ -20,6 +20,8 @@ import math
 import random
 from collections.abc import Callable
 
+import pytest
+
 from fabricwatch.engine import signals as sig
 from fabricwatch.engine.incidents import Incident
 from fabricwatch.engine.replay import run_replay
@@ -44,12 +46,13 @@ def _node(
     *,
     nvlink: bool = True,
     ecn: tuple[float, float] | None = None,
+    congestion: bool = True,
     seed: int = 1,
 ) -> list[Sample]:
     """8 GPUs sampled every ``spacing`` s: SM activity and power as interval
     means with a few per cent of noise, memory in use, a cumulative NVLink
-    counter (unless ``nvlink`` is off), and an ECN counter on one port with
-    heavy marking in ``ecn`` = [lo, hi)."""
+    counter (unless ``nvlink`` is off), and an ECN counter on one port
+    (unless ``congestion`` is off) with heavy marking in ``ecn`` = [lo, hi)."""
     r = random.Random(seed)
     out: list[Sample] = []
     per = round(spacing / DT)
@@ -74,7 +77,8 @@ def _node(
             out.append((ts + 0.13, sig.GPU_MEM, (str(g),), 60e9))
             if nvlink:
                 out.append((ts + 0.13, sig.NVLINK_TX, (str(g), "total"), totals[g]))
-        out.append((ts + 0.41, sig.NIC_ECN, ("mlx5_0", "1"), ecn_total))
+        if congestion:
+            out.append((ts + 0.41, sig.NIC_ECN, ("mlx5_0", "1"), ecn_total))
     return out
 
 
@@ -124,6 +128,44 @@ def test_a_slowdown_without_nvlink_bandwidth_is_found_on_the_work_signal() -> No
     level = _all_reduce(1.96, 0.88, (2000.0, 2110.0), 2.2)
     incs = _replay(_node(2400, 5.0, level, nvlink=False, ecn=(2000.0, 2110.0)))
     assert _slowdowns(incs) == [("slowdown", "ecn_congestion")], [i.summary for i in incs]
+
+
+@pytest.mark.parametrize("spacing", [1.0, 5.0, 15.0])
+def test_a_slowdown_on_a_node_without_congestion_counters_is_unknown(spacing: float) -> None:
+    # No ECN/CNP counters (held-out seeds 4270 and 31365, missing, 1/15/30 s):
+    # the congested exchange slows the job and nothing on this node can say
+    # why. Unknown, naming what the node does not read; it was no incident.
+    level = _all_reduce(1.96, 0.88, (2000.0, 2150.0), 2.2)
+    incs = _replay(_node(2600, spacing, level, congestion=False))
+    assert _slowdowns(incs) == [("slowdown", "unknown")], [i.summary for i in incs]
+    assert "congestion" in incs[0].missing
+    assert "no ECN/CNP counters" in incs[0].summary
+    # Where the node reads them and they show nothing, a slowdown is an
+    # evaluation phase or data loading: no incident.
+    assert _replay(_node(2600, spacing, level)) == []
+
+
+def test_no_unknown_slowdown_from_work_alone_or_from_one_sample() -> None:
+    # A node without congestion counters: what cuts the work itself (half of
+    # it, the exchange as it was) is an evaluation phase; a 2 s dip every
+    # minute or so inside one 5 s sample lowers that window's mean work by
+    # the few per cent of a shallow slowdown (held-out 90000/90035 missing
+    # 5 s with the congestion family dropped); without NVLink bandwidth
+    # nothing tells a slower exchange from less work. None is an incident.
+    steady = _all_reduce(1.96, 0.88, (0.0, 0.0), 1.0)
+
+    def evaluation(g: int, t: float) -> tuple[float, float]:
+        w, nvl = steady(g, t)
+        return (0.5 * w, nvl) if 2000 <= t < 2150 else (w, nvl)
+
+    def dips(g: int, t: float) -> tuple[float, float]:
+        w, nvl = steady(g, t)
+        return (0.01, 0.0) if t >= 1000 and t % 67.0 < 2.0 else (w, nvl)
+
+    assert _replay(_node(2600, 5.0, evaluation, congestion=False)) == []
+    assert _replay(_node(2600, 5.0, dips, congestion=False)) == []
+    level = _all_reduce(1.96, 0.88, (2000.0, 2150.0), 2.2)
+    assert _replay(_node(2600, 5.0, level, nvlink=False, congestion=False)) == []
 
 
 def test_less_traffic_with_more_work_under_ecn_is_no_slowdown() -> None:
