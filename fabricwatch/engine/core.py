@@ -417,6 +417,10 @@ class Engine:
         step = max(self.tick_s, self.spacing)
         if now // step == self._comm_checked // step:
             return self._comm_gpus
+        # Checks skipped (a stall went on, then its recovery): the GPUs found
+        # slow then are no part of a slowdown found now, nor is their "since".
+        if now - self._comm_checked > 2.0 * step:
+            self._comm_gpus = []
         self._comm_checked = now
         # Not while a slowdown goes on: the job's own rhythm is the one before.
         if now // 60.0 != self._rhythm_at // 60.0 and self._slow is None:
@@ -910,6 +914,8 @@ class Engine:
                 self._account(inc.cause, ep.gpu_seconds)
                 out.append(IncidentTransition("updated", self._wall(now), inc))
                 return
+        if ep.kind == "stall" and self._adopt_slowdown(ep, attr, missing, now=now, out=out):
+            return
         onset = self._wall(ep.onset)
         inc = Incident(
             key=incident_key(self.node, attr.cause, attr.culprit.key, onset),
@@ -941,6 +947,62 @@ class Engine:
         self._opened[attr.cause] = self._opened.get(attr.cause, 0.0) + 1.0
         self._account(attr.cause, ep.gpu_seconds)
         out.append(IncidentTransition("opened", self._wall(now), inc))
+
+    def _adopt_slowdown(
+        self,
+        ep: _Episode,
+        attr: Attribution,
+        missing: tuple[str, ...],
+        *,
+        now: float,
+        out: list[IncidentTransition],
+    ) -> bool:
+        """Continue, as this stall, a slowdown incident of the same GPUs that
+        opened on the stall's own leading edge; whether one was continued.
+
+        At 5-30 s spacing a sample is a window average: the one in which the
+        GPUs stall reads as a deep drop of work, and the slowdown check may
+        open on it a sample before the stall path sees an idle sample. That
+        slowdown is this stall (one incident, not two), and what caused it
+        is the stall's verdict, not whatever fabric burst (an ECN burst on
+        some port, the other job's congestion) held on that one sample. A
+        slowdown opened earlier than the sample before the stall is one of
+        its own and stays apart.
+        """
+        sample_s = max(self.tick_s, self.spacing)
+        since = self._wall(ep.onset - 1.5 * sample_s)
+        for live in self._live.values():
+            inc = live.incident
+            shared = ep.gpus.intersection(inc.gpus)
+            if (
+                inc.kind != "slowdown"
+                or inc.opened_at < since
+                or (live.ended is not None and live.ended < ep.onset - sample_s)
+                or 2 * len(shared) <= len(inc.gpus)
+            ):
+                continue
+            if self._slow is not None and self._slow.live is live:
+                self._slow = None
+            live.ended = None
+            live.onset = ep.onset
+            inc = replace(
+                inc,
+                kind="stall",
+                ended_at=None,
+                cause=attr.cause,
+                culprit=attr.culprit,
+                confidence=attr.confidence,
+                evidence=attr.evidence[:10],
+                missing=missing,
+                gpus=tuple(sorted(set(inc.gpus) | ep.gpus, key=_gpu_order)),
+                gpu_seconds=inc.gpu_seconds + ep.gpu_seconds,
+            )
+            live.incident = self._revise(self._with_cost(inc), now)
+            ep.live = live
+            self._account(attr.cause, ep.gpu_seconds)
+            out.append(IncidentTransition("updated", self._wall(now), live.incident))
+            return True
+        return False
 
     def _resolve(self, now: float, out: list[IncidentTransition]) -> None:
         if self._restoring:
