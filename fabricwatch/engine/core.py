@@ -776,7 +776,10 @@ class Engine:
             fading = (
                 ep.kind == "slowdown"
                 and attr.cause == inc.cause
-                and _cause_score(attr.evidence, attr.cause) < _cause_score(inc.evidence, inc.cause)
+                and (
+                    _cause_score(attr.evidence, attr.cause) < _cause_score(inc.evidence, inc.cause)
+                    or _culprit_faded(attr, inc)
+                )
             )
             if (
                 not later
@@ -1075,6 +1078,21 @@ def _same_culprit(inc: Incident, attr: Attribution) -> bool:
     old = {e.culprit.key for e in inc.evidence if e.cause == inc.cause}
     new = {e.culprit.key for e in attr.evidence if e.cause == attr.cause}
     return attr.culprit.key in old or inc.culprit.key in new
+
+
+def _culprit_faded(attr: Attribution, inc: Incident) -> bool:
+    """Whether a new verdict of the incident's cause names another culprit
+    while the named one's own evidence faded (weaker than when it was
+    named): its fault ended and the slowdown's window lags behind. A port
+    congested alongside all along (the other job's, on a node whose ports
+    no job grouping could tell apart) does not take the incident over then;
+    it does while the named culprit's evidence holds."""
+
+    def best(evidence: Sequence[Evidence]) -> float:
+        named = (e for e in evidence if e.cause == inc.cause and e.culprit == inc.culprit)
+        return max((e.score for e in named), default=0.0)
+
+    return attr.culprit.key != inc.culprit.key and best(attr.evidence) < best(inc.evidence)
 
 
 def _spare(groups: list[list[GpuState]], ratio: float) -> dict[str, list[int]]:

@@ -1,4 +1,4 @@
-"""A slowdown that is a stall's leading edge, and a stale slowdown onset.
+"""A slowdown that is a stall's leading edge, a stale slowdown onset, a lagging culprit.
 
 At 5-30 s spacing a sample is a window average: the sample in which the
 GPUs stall reads as a deep drop of work, and the slowdown check opened an
@@ -81,3 +81,15 @@ def test_a_slowdown_after_a_stall_is_not_dated_to_before_it() -> None:
     # Nor anywhere else: every incident of the trace overlaps a true fault.
     for inc in incidents:
         assert any(_near(plan, inc, t) for t in plan.truth), (inc.cause, inc.onset - tg.T0)
+
+
+def test_a_slowdown_keeps_its_culprit_when_that_ports_congestion_fades() -> None:
+    """The throughput window lags the fault's end: while the slowdown still
+    reads, the culprit's marks are gone and another port's congestion, there
+    all along (the other job's, on ports the grouping could not tell apart at
+    30 s without SM activity), no longer takes the incident over."""
+    plan, incidents = _replay(784, "two_jobs", 30.0)
+    truth = next(t for t in plan.truth if t.cause == "ecn_congestion")
+    near = [inc for inc in incidents if _near(plan, inc, truth)]
+    assert [(inc.kind, inc.cause) for inc in near] == [("slowdown", "ecn_congestion")]
+    assert near[0].culprit.key in truth.culprits
