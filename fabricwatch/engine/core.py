@@ -417,10 +417,7 @@ class Engine:
         step = max(self.tick_s, self.spacing)
         if now // step == self._comm_checked // step:
             return self._comm_gpus
-        # Checks skipped (a stall went on, then its recovery): the GPUs found
-        # slow then are no part of a slowdown found now, nor is their "since".
-        if now - self._comm_checked > 2.0 * step:
-            self._comm_gpus = []
+        self._comm_gpus = self._comm_kept(now, step)
         self._comm_checked = now
         # Not while a slowdown goes on: the job's own rhythm is the one before.
         if now // 60.0 != self._rhythm_at // 60.0 and self._slow is None:
@@ -480,6 +477,14 @@ class Engine:
             self._comm_since = now - w / 2
         self._comm_gpus = out
         return out
+
+    def _comm_kept(self, now: float, step: float) -> list[GpuState]:
+        """The last check's slow GPUs, where that check was the one before:
+        after checks were skipped (a stall went on, then its recovery) the
+        GPUs found slow then are no part of a slowdown found now, nor is the
+        time since they were (the other job's slowdown was dated back to
+        before the stall)."""
+        return self._comm_gpus if now - self._comm_checked <= 2.0 * step else []
 
     def _idled(self, g: GpuState, lo: float, hi: float) -> bool:
         """Whether ``g`` had an idle sample in [lo, hi]: a slowdown is work

@@ -15,11 +15,10 @@ import io
 
 from fabricwatch.engine import signals as sig
 from fabricwatch.engine import tracegen as tg
-from fabricwatch.engine.incidents import Incident
-from fabricwatch.engine.replay import run_replay
 from fabricwatch.engine.replay_mapping import Mapper
 from fabricwatch.engine.replay_openmetrics import parse_openmetrics
-from fabricwatch.engine.settings import EngineSettings
+
+from .conftest import replay_plan
 
 T0 = 1_700_000_000.0
 _NAME = 'node_infiniband_np_cnp_packets_sent_total{device="mlx5_0",port="1"}'
@@ -59,21 +58,8 @@ def test_a_value_that_goes_back_at_the_end_is_kept() -> None:
     assert [v for _, v in _values([100.0, 110.0, 105.0])] == [100.0, 110.0, 105.0]
 
 
-def _incidents(seed: int, variant: str, spacing: float) -> tuple[tg.Plan, list[Incident]]:
-    plan = tg.plan_for(seed, spacing, variant, hours=2.0)
-    buf = io.StringIO()
-    tg.generate(plan, buf.write)
-    mapper = Mapper()
-    parse_openmetrics(io.StringIO(buf.getvalue()), mapper, source=f"plan-{seed}")
-    res = run_replay(mapper.finish(), EngineSettings(), node=f"node{seed}")
-    last: dict[str, Incident] = {}
-    for tr in res.transitions:
-        last[tr.incident.key] = tr.incident
-    return plan, list(last.values())
-
-
 def test_a_swapped_cnp_sample_opens_no_congestion_slowdown_before_a_storage_stall() -> None:
-    plan, incidents = _incidents(31372, "noisy", 15.0)
+    plan, incidents = replay_plan(31372, "noisy", 15.0)
     sp = plan.spacing
     truth = next(t for t in plan.truth if t.cause == "storage_latency")
     near = [

@@ -19,29 +19,12 @@ wrong before, replayed through the real replay path.
 
 from __future__ import annotations
 
-import io
-
 import pytest
 
 from fabricwatch.engine import tracegen as tg
 from fabricwatch.engine.incidents import Incident
-from fabricwatch.engine.replay import run_replay
-from fabricwatch.engine.replay_mapping import Mapper
-from fabricwatch.engine.replay_openmetrics import parse_openmetrics
-from fabricwatch.engine.settings import EngineSettings
 
-
-def _replay(seed: int, variant: str, spacing: float) -> tuple[tg.Plan, list[Incident]]:
-    plan = tg.plan_for(seed, spacing, variant, hours=2.0)
-    buf = io.StringIO()
-    tg.generate(plan, buf.write)
-    mapper = Mapper()
-    parse_openmetrics(io.StringIO(buf.getvalue()), mapper, source=f"plan-{seed}")
-    res = run_replay(mapper.finish(), EngineSettings(), node=f"node{seed}")
-    last: dict[str, Incident] = {}
-    for tr in res.transitions:
-        last[tr.incident.key] = tr.incident
-    return plan, list(last.values())
+from .conftest import replay_plan
 
 
 def _near(plan: tg.Plan, inc: Incident, t: tg.Truth) -> bool:
@@ -63,7 +46,7 @@ def _near(plan: tg.Plan, inc: Incident, t: tg.Truth) -> bool:
 def test_a_stall_continues_the_slowdown_opened_on_its_first_sample(
     seed: int, variant: str, spacing: float, at: float
 ) -> None:
-    plan, incidents = _replay(seed, variant, spacing)
+    plan, incidents = replay_plan(seed, variant, spacing)
     truth = next(t for t in plan.truth if abs(t.onset - tg.T0 - at) < 1.0)
     assert truth.kind == "stall"
     near = [inc for inc in incidents if _near(plan, inc, truth)]
@@ -74,7 +57,7 @@ def test_a_stall_continues_the_slowdown_opened_on_its_first_sample(
 
 
 def test_a_slowdown_after_a_stall_is_not_dated_to_before_it() -> None:
-    plan, incidents = _replay(90007, "two_jobs", 5.0)
+    plan, incidents = replay_plan(90007, "two_jobs", 5.0)
     stall = next(t for t in plan.truth if t.cause == "storage_latency")
     near = [inc for inc in incidents if _near(plan, inc, stall)]
     assert [(inc.kind, inc.cause) for inc in near] == [("stall", "storage_latency")]
@@ -88,7 +71,7 @@ def test_a_slowdown_keeps_its_culprit_when_that_ports_congestion_fades() -> None
     reads, the culprit's marks are gone and another port's congestion, there
     all along (the other job's, on ports the grouping could not tell apart at
     30 s without SM activity), no longer takes the incident over."""
-    plan, incidents = _replay(784, "two_jobs", 30.0)
+    plan, incidents = replay_plan(784, "two_jobs", 30.0)
     truth = next(t for t in plan.truth if t.cause == "ecn_congestion")
     near = [inc for inc in incidents if _near(plan, inc, truth)]
     assert [(inc.kind, inc.cause) for inc in near] == [("slowdown", "ecn_congestion")]
