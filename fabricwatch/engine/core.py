@@ -16,7 +16,13 @@ from fabricwatch.engine import signals as sig
 from fabricwatch.engine.attribution import Attribution, attribute
 from fabricwatch.engine.causes import Cause
 from fabricwatch.engine.db import IncidentDB
-from fabricwatch.engine.evidence import Evidence, ScoreContext, collect, missing_groups
+from fabricwatch.engine.evidence import (
+    Culprit,
+    Evidence,
+    ScoreContext,
+    collect,
+    missing_groups,
+)
 from fabricwatch.engine.incidents import (
     Incident,
     IncidentTransition,
@@ -1087,17 +1093,22 @@ def _same_culprit(inc: Incident, attr: Attribution) -> bool:
 
 def _culprit_faded(attr: Attribution, inc: Incident) -> bool:
     """Whether a new verdict of the incident's cause names another culprit
-    while the named one's own evidence faded (weaker than when it was
-    named): its fault ended and the slowdown's window lags behind. A port
-    congested alongside all along (the other job's, on a node whose ports
-    no job grouping could tell apart) does not take the incident over then;
-    it does while the named culprit's evidence holds."""
+    only because the named one's own evidence faded (weaker than when it
+    was named) while the other's did not grow: the named fault ended and
+    the slowdown's window lags behind. A port congested alongside all along
+    (the other job's, on a node whose ports no job grouping could tell
+    apart), already weighed against the named one, does not take the
+    incident over then; one whose congestion rose since does."""
 
-    def best(evidence: Sequence[Evidence]) -> float:
-        named = (e for e in evidence if e.cause == inc.cause and e.culprit == inc.culprit)
+    def best(evidence: Sequence[Evidence], culprit: Culprit) -> float:
+        named = (e for e in evidence if e.cause == inc.cause and e.culprit == culprit)
         return max((e.score for e in named), default=0.0)
 
-    return attr.culprit.key != inc.culprit.key and best(attr.evidence) < best(inc.evidence)
+    return (
+        attr.culprit.key != inc.culprit.key
+        and best(attr.evidence, inc.culprit) < best(inc.evidence, inc.culprit)
+        and best(attr.evidence, attr.culprit) <= best(inc.evidence, attr.culprit)
+    )
 
 
 def _spare(groups: list[list[GpuState]], ratio: float) -> dict[str, list[int]]:
