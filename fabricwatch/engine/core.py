@@ -16,7 +16,13 @@ from fabricwatch.engine import signals as sig
 from fabricwatch.engine.attribution import Attribution, attribute
 from fabricwatch.engine.causes import Cause
 from fabricwatch.engine.db import IncidentDB
-from fabricwatch.engine.evidence import Evidence, ScoreContext, collect, missing_groups
+from fabricwatch.engine.evidence import (
+    Culprit,
+    Evidence,
+    ScoreContext,
+    collect,
+    missing_groups,
+)
 from fabricwatch.engine.incidents import (
     Incident,
     IncidentTransition,
@@ -425,6 +431,7 @@ class Engine:
         step = max(self.tick_s, self.spacing)
         if now // step == self._comm_checked // step:
             return self._comm_gpus
+        self._comm_gpus = self._comm_kept(now, step)
         self._comm_checked = now
         # Not while a slowdown goes on: the job's own rhythm is the one before.
         if now // 60.0 != self._rhythm_at // 60.0 and self._slow is None:
@@ -484,6 +491,14 @@ class Engine:
             self._comm_since = now - w / 2
         self._comm_gpus = out
         return out
+
+    def _comm_kept(self, now: float, step: float) -> list[GpuState]:
+        """The last check's slow GPUs, where that check was the one before:
+        after checks were skipped (a stall went on, then its recovery) the
+        GPUs found slow then are no part of a slowdown found now, nor is the
+        time since they were (the other job's slowdown was dated back to
+        before the stall)."""
+        return self._comm_gpus if now - self._comm_checked <= 2.0 * step else []
 
     def _idled(self, g: GpuState, lo: float, hi: float) -> bool:
         """Whether ``g`` had an idle sample in [lo, hi]: a slowdown is work
@@ -852,7 +867,10 @@ class Engine:
             fading = (
                 ep.kind == "slowdown"
                 and attr.cause == inc.cause
-                and _cause_score(attr.evidence, attr.cause) < _cause_score(inc.evidence, inc.cause)
+                and (
+                    _cause_score(attr.evidence, attr.cause) < _cause_score(inc.evidence, inc.cause)
+                    or _culprit_faded(attr, inc)
+                )
             )
             if (
                 not later
@@ -990,6 +1008,8 @@ class Engine:
                 self._account(inc.cause, ep.gpu_seconds)
                 out.append(IncidentTransition("updated", self._wall(now), inc))
                 return
+        if ep.kind == "stall" and self._adopt_slowdown(ep, attr, missing, now=now, out=out):
+            return
         onset = self._wall(ep.onset)
         inc = Incident(
             key=incident_key(self.node, attr.cause, attr.culprit.key, onset),
@@ -1021,6 +1041,62 @@ class Engine:
         self._opened[attr.cause] = self._opened.get(attr.cause, 0.0) + 1.0
         self._account(attr.cause, ep.gpu_seconds)
         out.append(IncidentTransition("opened", self._wall(now), inc))
+
+    def _adopt_slowdown(
+        self,
+        ep: _Episode,
+        attr: Attribution,
+        missing: tuple[str, ...],
+        *,
+        now: float,
+        out: list[IncidentTransition],
+    ) -> bool:
+        """Continue, as this stall, a slowdown incident of the same GPUs that
+        opened on the stall's own leading edge; whether one was continued.
+
+        At 5-30 s spacing a sample is a window average: the one in which the
+        GPUs stall reads as a deep drop of work, and the slowdown check may
+        open on it a sample before the stall path sees an idle sample. That
+        slowdown is this stall (one incident, not two), and what caused it
+        is the stall's verdict, not whatever fabric burst (an ECN burst on
+        some port, the other job's congestion) held on that one sample. A
+        slowdown opened earlier than the sample before the stall is one of
+        its own and stays apart.
+        """
+        sample_s = max(self.tick_s, self.spacing)
+        since = self._wall(ep.onset - 1.5 * sample_s)
+        for live in self._live.values():
+            inc = live.incident
+            shared = ep.gpus.intersection(inc.gpus)
+            if (
+                inc.kind != "slowdown"
+                or inc.opened_at < since
+                or (live.ended is not None and live.ended < ep.onset - sample_s)
+                or 2 * len(shared) <= len(inc.gpus)
+            ):
+                continue
+            if self._slow is not None and self._slow.live is live:
+                self._slow = None
+            live.ended = None
+            live.onset = ep.onset
+            inc = replace(
+                inc,
+                kind="stall",
+                ended_at=None,
+                cause=attr.cause,
+                culprit=attr.culprit,
+                confidence=attr.confidence,
+                evidence=attr.evidence[:10],
+                missing=missing,
+                gpus=tuple(sorted(set(inc.gpus) | ep.gpus, key=_gpu_order)),
+                gpu_seconds=inc.gpu_seconds + ep.gpu_seconds,
+            )
+            live.incident = self._revise(self._with_cost(inc), now)
+            ep.live = live
+            self._account(attr.cause, ep.gpu_seconds)
+            out.append(IncidentTransition("updated", self._wall(now), live.incident))
+            return True
+        return False
 
     def _resolve(self, now: float, out: list[IncidentTransition]) -> None:
         if self._restoring:
@@ -1093,6 +1169,26 @@ def _same_culprit(inc: Incident, attr: Attribution) -> bool:
     old = {e.culprit.key for e in inc.evidence if e.cause == inc.cause}
     new = {e.culprit.key for e in attr.evidence if e.cause == attr.cause}
     return attr.culprit.key in old or inc.culprit.key in new
+
+
+def _culprit_faded(attr: Attribution, inc: Incident) -> bool:
+    """Whether a new verdict of the incident's cause names another culprit
+    only because the named one's own evidence faded (weaker than when it
+    was named) while the other's did not grow: the named fault ended and
+    the slowdown's window lags behind. A port congested alongside all along
+    (the other job's, on a node whose ports no job grouping could tell
+    apart), already weighed against the named one, does not take the
+    incident over then; one whose congestion rose since does."""
+
+    def best(evidence: Sequence[Evidence], culprit: Culprit) -> float:
+        named = (e for e in evidence if e.cause == inc.cause and e.culprit == culprit)
+        return max((e.score for e in named), default=0.0)
+
+    return (
+        attr.culprit.key != inc.culprit.key
+        and best(attr.evidence, inc.culprit) < best(inc.evidence, inc.culprit)
+        and best(attr.evidence, attr.culprit) <= best(inc.evidence, attr.culprit)
+    )
 
 
 def _spare(groups: list[list[GpuState]], ratio: float) -> dict[str, list[int]]:

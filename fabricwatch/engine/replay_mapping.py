@@ -729,6 +729,7 @@ class Mapper:
         if self._nic_map:
             out = self._merge_members([self._nic_identity(s) for s in out])
         out.sort(key=itemgetter(0))
+        out = _without_stale_counts(out)
         self.out = out
         counts = Counter(map(itemgetter(1), out))
         self.unused = {f: n for f, n in sorted(counts.items()) if f not in sig.ENGINE_FAMILIES}
@@ -792,6 +793,39 @@ class Mapper:
             merge = _MERGE.get(family, sum)
             rest.append((ts, family, labels, merge(values)))
         return rest
+
+
+def _without_stale_counts(samples: list[Sample]) -> list[Sample]:
+    """``samples`` (sorted by time) without counter values that went back
+    between two that did not: a stale or out-of-order sample of an export
+    (two samples' values swapped), not a reset. A reset or a wrap stays
+    below the old value on the next sample too; read as a reset, the stale
+    value would count the increase since it twice, on the next sample."""
+    # Per series: the last sample kept, and a later one that went below it.
+    runs: dict[tuple[str, tuple[str, ...]], tuple[int, int | None]] = {}
+    stale: list[int] = []
+    for i, (_, fam, labels, value) in enumerate(samples):
+        if fam not in _COUNTER_FAMILIES:
+            continue
+        key = (fam, labels)
+        run = runs.get(key)
+        if run is None:
+            runs[key] = (i, None)
+            continue
+        kept, low = run
+        if value >= samples[kept][3]:
+            if low is not None:
+                stale.append(low)
+            runs[key] = (i, None)
+        elif low is None:
+            runs[key] = (kept, i)
+        else:
+            # Still below it: the counter did restart, at the earlier low sample.
+            runs[key] = (i, None) if value >= samples[low][3] else (low, i)
+    if not stale:
+        return samples
+    drop = set(stale)
+    return [x for i, x in enumerate(samples) if i not in drop]
 
 
 _NIC_FAMILIES = frozenset(

@@ -982,3 +982,29 @@ def test_congestion_on_a_port_that_kept_its_traffic_does_not_explain_a_hang() ->
     incs = replay(_two_jobs_with_ports((1000, 1060), ecn, periods=(7.0, 7.0)))
     assert [i.cause for i in incs] == ["unknown"], [i.summary for i in incs]
     assert set(incs[0].gpus) == {"0", "1", "2", "3"}
+
+
+def test_a_stall_whose_first_sample_opened_a_slowdown_is_one_stall_of_its_cause() -> None:
+    # 15 s samples; the GPUs stall at 2003 s, while their disk writes at 25x
+    # its usual latency: the sample at 2010 s (window average, GPUs busy
+    # for 8 s of it) reads as a deep drop of work, and an ECN burst on a port
+    # (1985-2012 s) holds on it. The slowdown check opens on that sample,
+    # the stall path a sample later. One incident: the stall's, of its cause.
+    totals: dict[str, float] = {}
+    spacing = 15.0
+
+    def extra(t: float, out: list[Sample]) -> None:
+        ts = T0 + t + 0.3
+        out.append((ts, sig.ST_WRITE_LAT, ("sdb",), 0.1 if 2001 <= t < 2153 else 0.004))
+        out.append((ts, sig.ST_WRITE_BYTES, ("sdb",), counter(totals, "w", 5e6, spacing)))
+        for p in range(4):
+            share = max(0.0, min(t, 2012.0) - max(t - spacing, 1985.0)) / spacing if p == 0 else 0
+            rate = 10.0 + 30_000.0 * share
+            out.append(
+                (ts, sig.NIC_ECN, (f"mlx5_{p}", "1"), counter(totals, f"e{p}", rate, spacing))
+            )
+
+    incs = replay(node(spacing, 3600, (2003, 2153), extra=extra))
+    assert [(i.kind, i.cause, i.culprit.key) for i in incs] == [
+        ("stall", "storage_latency", "storage:sdb")
+    ], [i.summary for i in incs]

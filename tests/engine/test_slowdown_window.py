@@ -9,32 +9,20 @@ merged engine opened one each). The window reaches back up to three samples.
 
 from __future__ import annotations
 
-import io
-
 import pytest
 
 from fabricwatch.engine import tracegen as tg
-from fabricwatch.engine.replay import run_replay
-from fabricwatch.engine.replay_mapping import Mapper
-from fabricwatch.engine.replay_openmetrics import parse_openmetrics
-from fabricwatch.engine.settings import EngineSettings
+
+from .conftest import replay_plan
 
 
 @pytest.mark.parametrize(("seed", "variant"), [(90021, "ramp"), (90035, "noisy")])
 def test_no_slowdown_from_a_short_burst_at_its_dated_onset(seed: int, variant: str) -> None:
     spacing = 5.0
-    plan = tg.plan_for(seed, spacing, variant, hours=2.0)
-    buf = io.StringIO()
-    tg.generate(plan, buf.write)
-    mapper = Mapper()
-    parse_openmetrics(io.StringIO(buf.getvalue()), mapper, source=f"plan-{seed}")
-    res = run_replay(mapper.finish(), EngineSettings(), node=f"node{seed}")
-    spans: dict[str, tuple[float, float, str]] = {}
-    for tr in res.transitions:
-        inc = tr.incident
-        spans[inc.key] = (inc.onset, inc.ended_at or inc.updated_at, inc.cause)
+    plan, incidents = replay_plan(seed, variant, spacing)
+    spans = [(inc.onset, inc.ended_at or inc.updated_at, inc.cause) for inc in incidents]
     assert spans, "the trace's faults open incidents"
-    for onset, end, cause in spans.values():
+    for onset, end, cause in spans:
         # Every incident overlaps a true fault (the match rule of bench/engine_eval.py).
         assert any(onset <= t.end + 2 * spacing and end >= t.onset - spacing for t in plan.truth), (
             f"false alarm: {cause} at {onset - tg.T0:.1f} s"
