@@ -782,10 +782,8 @@ class Engine:
         """Means of ``series`` over the spans of :func:`signals.chunk_means`,
         each without its lowest sample (None when a span holds fewer than
         three points)."""
-        spans = [(now - width, now)]
-        spans += [(now - (j + 2) * width, now - (j + 1) * width - 1e-3) for j in range(chunks)]
         out: list[float] = []
-        for start, end in spans:
+        for start, end in sig.chunk_spans(now, width, chunks):
             vals = self._windows.values(series, start, end)
             if len(vals) < 3:
                 return None

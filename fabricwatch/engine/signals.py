@@ -244,6 +244,15 @@ def _window_walk(series: Series, start: float, end: float) -> Window:
     return Window(tuple(vals), tuple(times))
 
 
+def chunk_spans(now: float, width: float, chunks: int) -> list[tuple[float, float]]:
+    """The ``(start, end)`` bounds :func:`chunk_means` averages over: the latest
+    window ``[now - width, now]``, then the ``chunks`` windows before it, each
+    ending just short of the next one's start (a sample on a boundary counts once)."""
+    spans = [(now - width, now)]
+    spans += [(now - (j + 2) * width, now - (j + 1) * width - 1e-3) for j in range(chunks)]
+    return spans
+
+
 def chunk_means(series: Series, now: float, width: float, chunks: int) -> list[float] | None:
     """Means of ``series`` over the latest window and the ``chunks`` before it.
 
@@ -258,10 +267,8 @@ def chunk_means(series: Series, now: float, width: float, chunks: int) -> list[f
     if found is None:
         return _chunk_means_walk(series, now, width, chunks)
     values, seen = found
-    spans = [(now - width, now)]
-    spans += [(now - (j + 2) * width, now - (j + 1) * width - 1e-3) for j in range(chunks)]
     out: list[float] = []
-    for start, end in spans:
+    for start, end in chunk_spans(now, width, chunks):
         lo = bisect_left(seen, start)
         hi = bisect_right(seen, end, lo)
         if hi - lo < 2:
