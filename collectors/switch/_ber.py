@@ -11,7 +11,7 @@ guessed at: a malformed or truncated datagram must not crash the daemon.
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from fabricwatch.errors import ParseError
 
@@ -167,31 +167,75 @@ def _dec_value(data: bytes, tag: int, start: int, end: int) -> Value:
 
 
 class Response:
-    """A decoded Response-PDU."""
+    """A decoded Response-PDU: ``varbinds`` (names decoded), or for a request whose
+    names were given, ``values`` in the request's order (names checked, not decoded)."""
 
-    __slots__ = ("error_index", "error_status", "request_id", "varbinds")
+    __slots__ = ("error_index", "error_status", "request_id", "values", "varbinds")
 
     def __init__(
-        self, request_id: int, error_status: int, error_index: int, varbinds: list[VarBind]
+        self,
+        request_id: int,
+        error_status: int,
+        error_index: int,
+        varbinds: list[VarBind],
+        values: list[Value] | None = None,
     ) -> None:
         self.request_id = request_id
         self.error_status = error_status
         self.error_index = error_index
         self.varbinds = varbinds
+        self.values: list[Value] = [] if values is None else values
 
 
 OID_CACHE_CAP = 1 << 16
 """OID encodings a :func:`decode_response` cache keeps (a 512-port switch polls ~21 000)."""
 
+Names = Sequence[bytes]
+"""A request's names as their BER encodings (tag, length, body), in request order."""
 
-def decode_response(data: bytes, oids: dict[bytes, Oid] | None = None) -> Response:
+
+def names_of(oids: Sequence[Oid]) -> list[bytes]:
+    """The :data:`Names` of ``oids`` (what a GET response must echo)."""
+    return [encode_oid(o) for o in oids]
+
+
+def decode_response(
+    data: bytes,
+    oids: dict[bytes, Oid] | None = None,
+    names: Callable[[int], Names | None] | None = None,
+) -> Response:
     """Decode an SNMPv2c Response message; raise :class:`ParseError` on anything else.
 
     ``oids``: a cache of decoded OIDs by their encoding, owned by the caller (one
     per session): a poller asks for the same OIDs every cycle, and a dict lookup
     of the encoding costs a fraction of decoding it arc by arc. The result is
     the same with or without it.
+
+    ``names``: the names of the request a request-id answers, where the caller
+    knows them (a GET: RFC 3416 4.2.1 answers each name as asked, in order).
+    Then each varbind's name is compared with the request's, as bytes, and only
+    the values are decoded (:attr:`Response.values`); a name that differs, or
+    more varbinds than names, is a :class:`ParseError`.
     """
+    request_id, error_status, error_index, pos, vbl_end = _decode_header(data)
+    asked = None if names is None or error_status else names(request_id)
+    bodies, values = decode_varbinds(data, pos, vbl_end, asked)
+    if asked is not None:
+        return Response(request_id, error_status, error_index, [], values)
+    decoded: list[Oid] = []
+    push = decoded.append
+    for body in bodies:
+        oid = None if oids is None else oids.get(body)
+        if oid is None:
+            oid = decode_oid(body)
+            if oids is not None and len(oids) < OID_CACHE_CAP:
+                oids[body] = oid
+        push(oid)
+    return Response(request_id, error_status, error_index, list(zip(decoded, values, strict=True)))
+
+
+def _decode_header(data: bytes) -> tuple[int, int, int, int, int]:
+    """(request-id, error-status, error-index, VarBindList start, end) of a Response."""
     end = len(data)
     tag, pos, msg_end = _header(data, 0, end)
     if tag != _SEQUENCE:
@@ -219,10 +263,25 @@ def decode_response(data: bytes, oids: dict[bytes, Oid] | None = None) -> Respon
     tag, pos, vbl_end = _header(data, pos, pdu_end)
     if tag != _SEQUENCE:
         raise ParseError("missing VarBindList")
-    varbinds: list[VarBind] = []
-    push = varbinds.append
+    return fields[0], fields[1], fields[2], pos, vbl_end
+
+
+def decode_varbinds(
+    data: bytes, pos: int, vbl_end: int, names: Names | None = None
+) -> tuple[list[bytes], list[Value]]:
+    """The varbinds of a VarBindList body ``data[pos:vbl_end]``: their names' encoded
+    bodies and their values (with ``names``: each name checked against the
+    request's, no bodies returned)."""
+    bodies: list[bytes] = []
+    values: list[Value] = []
+    take_body = bodies.append
+    push = values.append
     numeric = _NUMERIC_APP
+    count = -1 if names is None else len(names)
+    i = 0
     while pos < vbl_end:
+        if i == count:
+            raise ParseError(f"more varbinds in the response than the {count} asked for")
         # The common varbind inline: short-form lengths throughout, an OID and a
         # counter or gauge; the same checks and results as the general path below
         # (which everything else, malformed input included, takes).
@@ -230,23 +289,22 @@ def decode_response(data: bytes, oids: dict[bytes, Oid] | None = None) -> Respon
             n, k = data[pos + 1], data[pos + 3]
             vb_end = pos + 2 + n
             oe = pos + 4 + k
-            if n < 0x80 and k < 0x80 and k > 0 and vb_end <= vbl_end and oe + 2 <= vb_end:
+            if n < 0x80 and 0 < k < 0x80 and vb_end <= vbl_end and oe + 2 <= vb_end:
                 vtag, vl = data[oe], data[oe + 1]
                 ve = oe + 2 + vl
                 if vtag in numeric and 0 < vl < 0x80 and ve <= vb_end:
-                    body = data[pos + 4 : oe]
-                    oid = None if oids is None else oids.get(body)
-                    if oid is None:
-                        oid = decode_oid(body)
-                        if oids is not None and len(oids) < OID_CACHE_CAP:
-                            oids[body] = oid
+                    if names is None:
+                        take_body(data[pos + 4 : oe])
+                    elif oe - pos - 2 != len(names[i]) or not data.startswith(names[i], pos + 2):
+                        raise ParseError(f"varbind {i + 1} of the response is not the name asked")
                     value = int.from_bytes(data[oe + 2 : ve], "big")
                     # Up to 4 bytes fit every type: the range check only for longer ones.
                     if vl > 4 and value.bit_length() > (64 if vtag == 0x46 else 32):
                         msg = f"value out of range for its type (tag 0x{vtag:02x}): {value}"
                         raise ParseError(msg)
-                    push((oid, value))
+                    push(value)
                     pos = vb_end
+                    i += 1
                     continue
         tag, s, vb_end = _header(data, pos, vbl_end)
         if tag != _SEQUENCE:
@@ -254,16 +312,15 @@ def decode_response(data: bytes, oids: dict[bytes, Oid] | None = None) -> Respon
         tag, os_, oe = _header(data, s, vb_end)
         if tag != _OID:
             raise ParseError("VarBind without an OID")
-        body = data[os_:oe]
-        oid = None if oids is None else oids.get(body)
-        if oid is None:
-            oid = decode_oid(body)
-            if oids is not None and len(oids) < OID_CACHE_CAP:
-                oids[body] = oid
+        if names is None:
+            take_body(data[os_:oe])
+        elif data[s:oe] != names[i]:
+            raise ParseError(f"varbind {i + 1} of the response is not the name asked")
         tag, vs, ve = _header(data, oe, vb_end)
-        push((oid, _dec_value(data, tag, vs, ve)))
+        push(_dec_value(data, tag, vs, ve))
         pos = vb_end
-    return Response(fields[0], fields[1], fields[2], varbinds)
+        i += 1
+    return bodies, values
 
 
 def encode_response(

@@ -30,6 +30,7 @@ from fabricwatch.errors import CollectorError, ParseError
 from ._ber import (
     GET,
     GETBULK,
+    Names,
     Oid,
     Response,
     Special,
@@ -38,6 +39,7 @@ from ._ber import (
     decode_response,
     encode_request,
     encode_varbind_list,
+    names_of,
 )
 
 ERROR_STATUS = {
@@ -100,6 +102,10 @@ class Session(Protocol):
         """GET ``oids`` (chunked by the session); one varbind per OID, in order."""
         ...
 
+    async def get_values(self, oids: Sequence[Oid]) -> list[Value]:
+        """:meth:`get`'s values alone (each the value of the OID at its position)."""
+        ...
+
     async def bulk(self, oids: Sequence[Oid], max_repetitions: int) -> list[VarBind]:
         """One GETBULK with non-repeaters 0; the reply row-major, as the agent sent it."""
         ...
@@ -115,6 +121,9 @@ class _Channel(asyncio.DatagramProtocol):
     def __init__(self, stats: SessionStats) -> None:
         self.stats = stats
         self.pending: dict[int, asyncio.Future[Any]] = {}
+        # The names of the pending GETs by request-id: their responses' names are
+        # checked against these, not decoded (decode_response).
+        self.names: dict[int, Names] = {}
         self.transport: asyncio.DatagramTransport | None = None
         self.error: Exception | None = None
         self.oids: dict[bytes, Oid] = {}  # decoded OIDs by encoding (decode_response)
@@ -124,7 +133,7 @@ class _Channel(asyncio.DatagramProtocol):
 
     def datagram_received(self, data: bytes, addr: tuple[str | Any, int]) -> None:
         try:
-            resp = decode_response(data, self.oids)
+            resp = decode_response(data, self.oids, self.names.get)
         except ParseError as exc:
             self.stats.malformed += 1
             self.stats.last_malformed = str(exc)
@@ -170,7 +179,7 @@ class NativeV2cSession:
         self.stats = SessionStats()
         self._channel: _Channel | None = None
         self._ids = itertools.count(random.randrange(1, 1 << 30))  # noqa: S311 - not security
-        self._vbl_cache: dict[tuple[Oid, ...], bytes] = {}
+        self._vbl_cache: dict[tuple[Oid, ...], tuple[bytes, Names]] = {}
 
     async def _ensure(self) -> _Channel:
         if self._channel is None or self._channel.transport is None:
@@ -182,21 +191,28 @@ class NativeV2cSession:
             self._channel = proto
         return self._channel
 
-    def _varbind_list(self, oids: tuple[Oid, ...]) -> bytes:
-        vbl = self._vbl_cache.get(oids)
-        if vbl is None:
-            vbl = encode_varbind_list(oids)
-            # Polls repeat the same request lists (a 512-port switch-mode walk
-            # ~330 a poll): keep them, bounded.
+    def _varbind_list(self, oids: tuple[Oid, ...]) -> tuple[bytes, Names]:
+        """The request's encoded VarBindList and its names' encodings."""
+        got = self._vbl_cache.get(oids)
+        if got is None:
+            names = names_of(oids)
+            got = (encode_varbind_list(oids), names)
+            # Polls repeat the same request lists (a 512-port switch ~420 GETs
+            # a poll): keep them, bounded.
             if len(self._vbl_cache) < _VBL_CACHE_CAP:
-                self._vbl_cache[oids] = vbl
-        return vbl
+                self._vbl_cache[oids] = got
+        return got
 
-    async def _request(self, pdu: int, a: int, b: int, oids: tuple[Oid, ...]) -> list[VarBind]:
+    async def _request(
+        self, pdu: int, a: int, b: int, oids: tuple[Oid, ...], *, by_name: bool = False
+    ) -> Response:
+        """One request, retried; ``by_name``: the response's names are checked against
+        the request's instead of decoded (its :attr:`Response.values` filled)."""
         chan = await self._ensure()
         transport = chan.transport
         assert transport is not None
-        vbl = self._varbind_list(oids)
+        vbl, names = self._varbind_list(oids)
+        names_by_id = chan.names
         loop = asyncio.get_running_loop()
         ids: list[int] = []
         malformed_before = self.stats.malformed
@@ -216,6 +232,8 @@ class NativeV2cSession:
                 waiter = loop.create_future()
                 for r in ids:
                     pending[r] = waiter
+                if by_name:
+                    names_by_id[rid] = names
                 transport.sendto(encode_request(self._community, pdu, rid, a, b, vbl))
                 timer = loop.call_later(self._timeout, _expire, waiter)
                 resp = await waiter
@@ -236,6 +254,7 @@ class NativeV2cSession:
         finally:
             for rid in ids:
                 pending.pop(rid, None)
+                names_by_id.pop(rid, None)
             if timer is not None:
                 timer.cancel()
             if waiter is not None and not waiter.done():
@@ -247,23 +266,28 @@ class NativeV2cSession:
                 raise SnmpTooBig("agent answered tooBig")
             msg = f"agent error-status {name} at varbind {resp.error_index}"
             raise SnmpError(msg)
-        return resp.varbinds
+        return resp
 
     async def get(self, oids: Sequence[Oid]) -> list[VarBind]:
         """GET in chunks of ``max_oids_per_request``."""
-        out: list[VarBind] = []
+        return list(zip(oids, await self.get_values(oids), strict=True))
+
+    async def get_values(self, oids: Sequence[Oid]) -> list[Value]:
+        """GET in chunks of ``max_oids_per_request``; the responses' names are compared
+        with the request's as bytes, only their values decoded."""
+        out: list[Value] = []
         for i in range(0, len(oids), self._max_oids):
             chunk = tuple(oids[i : i + self._max_oids])
-            vbs = await self._request(GET, 0, 0, chunk)
-            if len(vbs) != len(chunk):
-                msg = f"GET of {len(chunk)} OIDs answered with {len(vbs)} varbinds"
+            values = (await self._request(GET, 0, 0, chunk, by_name=True)).values
+            if len(values) != len(chunk):
+                msg = f"GET of {len(chunk)} OIDs answered with {len(values)} varbinds"
                 raise SnmpError(msg)
-            out.extend(vbs)
+            out.extend(values)
         return out
 
     async def bulk(self, oids: Sequence[Oid], max_repetitions: int) -> list[VarBind]:
         """One GETBULK request."""
-        return await self._request(GETBULK, 0, max_repetitions, tuple(oids))
+        return (await self._request(GETBULK, 0, max_repetitions, tuple(oids))).varbinds
 
     async def close(self) -> None:
         """Close the socket."""
@@ -413,6 +437,10 @@ class PysnmpSession:
             self._check(err_ind, err_stat, err_idx)
             out.extend((tuple(name), self._value(val)) for name, val in vbs)
         return out
+
+    async def get_values(self, oids: Sequence[Oid]) -> list[Value]:
+        """:meth:`get`'s values."""
+        return [v for _, v in await self.get(oids)]
 
     async def bulk(self, oids: Sequence[Oid], max_repetitions: int) -> list[VarBind]:
         """One GETBULK request."""

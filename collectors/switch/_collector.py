@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import operator
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
 from pathlib import Path
@@ -102,8 +102,8 @@ class _Target:
     ports: dict[int, str] = field(default_factory=dict)
     uplink_ports: dict[int, str] = field(default_factory=dict)
     tables: list[Table] = field(default_factory=list)
-    get_oids: list[Oid] = field(default_factory=list)
-    walk_columns: list[Oid] = field(default_factory=list)
+    get_oids: list[Oid] = field(default_factory=list)  # every poll GETs these (see _plan)
+    poll_plan: list[_Plan] = field(default_factory=list)  # what each of get_oids is
     discovered_at: float | None = None
     failures: int = 0
     next_attempt: float = 0.0
@@ -121,7 +121,6 @@ class _Target:
     speeds: dict[int, float] = field(default_factory=dict)  # configured, bit/s by ifIndex
     missing_said: tuple[str, ...] | None = None
     label_cache: dict[int, _PortCache] = field(default_factory=dict)  # reset by discovery
-    oid_plan: dict[Oid, _Plan] = field(default_factory=dict)  # reset by discovery
     bulk: BulkSize = field(default_factory=BulkSize)  # the poll walk's request size
     rates: dict[int, KeyedRates] = field(default_factory=dict)  # derived gauges' counters
     builders: dict[str, ColumnsBuilder] = field(default_factory=dict)  # per-port families
@@ -140,8 +139,6 @@ _Plan = tuple[int, int, str, _Key | None, Table | None]
 and the target's tables and ports): (kind, ifIndex, IF-MIB column name, counter
 key, table)."""
 _PLAN_SKIP: _Plan = (_SKIP, 0, "", None, None)
-_PLAN_CAP = 1 << 18
-"""OIDs whose plan is kept per target (a 512-port switch polls ~21 000)."""
 
 
 @dataclass(slots=True)
@@ -567,17 +564,44 @@ class SwitchCollector:
         return list(IF_COLUMNS)
 
     async def _plan(self, t: _Target) -> None:
-        """Work out this target's per-poll requests once per discovery."""
-        t.label_cache, t.oid_plan = {}, {}  # ports and tables may have changed
+        """Work out this target's per-poll requests once per discovery: the OIDs every
+        poll GETs (:attr:`_Target.get_oids`) and what each is (``poll_plan``)."""
+        t.label_cache = {}  # ports and tables may have changed
         t.get_oids = [SYS_UPTIME]
-        t.walk_columns = []
+        t.orphans = 0
         if t.mode == "switch":
-            t.walk_columns = self._if_columns(t)
-            for tb in t.tables:
-                t.walk_columns.extend([tb.column] if tb.column is not None else tb.columns)
-            if t.cbqos:
-                t.walk_columns.append(_cbqos.ECN_MARK_PKT64)
-            return
+            await self._plan_switch(t)
+        else:
+            await self._plan_node(t)
+        plans = [self._plan_oid(t, o) for o in t.get_oids]
+        t.get_oids = [o for o, p in zip(t.get_oids, plans, strict=True) if p[0] != _SKIP]
+        t.poll_plan = [p for p in plans if p[0] != _SKIP]
+
+    async def _plan_switch(self, t: _Target) -> None:
+        """Every row of the polled columns, learnt by walking them once: later polls GET
+        exactly the rows they use (a GET response's names are checked, not decoded,
+        and rows nothing reads, such as SONiC's per-queue sent counters, are not
+        asked for). Rows of ifIndexes the ifTable lacks are counted as orphans."""
+        assert t.session is not None
+        columns = self._if_columns(t)
+        for tb in t.tables:
+            columns.extend([tb.column] if tb.column is not None else tb.columns)
+        if t.cbqos:
+            columns.append(_cbqos.ECN_MARK_PKT64)
+        rows = await walk(t.session, columns, max_repetitions=t.cfg.max_repetitions, size=t.bulk)
+        for c in columns:
+            for oid, value in rows[c]:
+                if type(value) is not int:  # bytes, OIDs, exceptions (Special), NULL
+                    continue
+                kind = self._plan_oid(t, oid)[0]
+                if kind == _ORPHAN:
+                    t.orphans += 1
+                elif kind != _SKIP:
+                    t.get_oids.append(oid)
+
+    async def _plan_node(self, t: _Target) -> None:
+        """The uplink ports' rows: IF-MIB and column-per-sub tables by ifIndex, and the
+        rows of (ifIndex, ...) tables that exist (walked under each port's prefix)."""
         ports = sorted(t.ports)
         for i in ports:
             t.get_oids.extend((*col, i) for col in self._if_columns(t))
@@ -605,15 +629,9 @@ class SwitchCollector:
 
     async def _collect_target(self, t: _Target, out: _Samples) -> None:
         assert t.session is not None and t.profile is not None
-        varbinds: list[VarBind] = await t.session.get(t.get_oids)
-        if t.walk_columns:
-            cols = await walk(
-                t.session, t.walk_columns, max_repetitions=t.cfg.max_repetitions, size=t.bulk
-            )
-            for c in t.walk_columns:
-                varbinds.extend(cols[c])
+        values = await t.session.get_values(t.get_oids)
         out.ts = self._env.monotonic()
-        self._readings(t, varbinds, out.ts, out)
+        self._readings(t, values, out.ts, out)
 
     @staticmethod
     def _plan_oid(t: _Target, oid: Oid) -> _Plan:
@@ -657,23 +675,20 @@ class SwitchCollector:
             return (_ORPHAN, 0, "", None, None)
         return (_COUNTER, if_index, "", (tb.signal, tb.direction, sub), tb)
 
-    def _readings(self, t: _Target, varbinds: Iterable[VarBind], ts: float, out: _Samples) -> None:
-        """One poll's varbinds of target ``t`` as samples in ``out``."""
+    def _readings(self, t: _Target, values: Sequence[Value], ts: float, out: _Samples) -> None:
+        """One poll's values of target ``t`` (those of :attr:`_Target.get_oids`, in
+        order) as samples in ``out``."""
         assert t.profile is not None
         ports: dict[int, _PortData] = {}
         uptime: int | None = None
-        orphans = 0
         ecn_vbs: list[VarBind] = []
         known = t.ports
-        plans = t.oid_plan
-        for oid, value in varbinds:
+        plans = t.poll_plan
+        if len(plans) != len(t.get_oids):
+            plans = t.poll_plan = [self._plan_oid(t, o) for o in t.get_oids]
+        for oid, plan, value in zip(t.get_oids, plans, values, strict=True):
             if type(value) is not int:  # bytes, OIDs, exceptions (Special), NULL
                 continue
-            plan = plans.get(oid)
-            if plan is None:
-                plan = self._plan_oid(t, oid)
-                if len(plans) < _PLAN_CAP:
-                    plans[oid] = plan
             kind = plan[0]
             if kind == _COUNTER:
                 if_index, key, tb = plan[1], plan[3], plan[4]
@@ -688,13 +703,10 @@ class SwitchCollector:
                 if pd is None:
                     pd = ports[plan[1]] = _PortData()
                 pd.values[plan[2]] = value
-            elif kind == _ORPHAN:
-                orphans += 1
             elif kind == _UPTIME:
                 uptime = value
             elif kind == _ECN:
                 ecn_vbs.append((oid, value))
-        t.orphans = orphans
         self._uptime(t, uptime)
         self._say_missing(t, ports)
         for if_index, pd in ports.items():

@@ -7,9 +7,16 @@ import socket
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 import structlog
 
-from fabricwatch.collectors.switch._client import NativeV2cSession, SnmpMalformed, SnmpTimeout
+from fabricwatch.collectors.switch._ber import decode_request, enc_unsigned, encode_response
+from fabricwatch.collectors.switch._client import (
+    NativeV2cSession,
+    SnmpError,
+    SnmpMalformed,
+    SnmpTimeout,
+)
 from fabricwatch.collectors.switch._settings import TargetSettings
 from fabricwatch.testing.sim_snmp import SimAgent, demo_switch
 from tests.conftest import free_port
@@ -143,6 +150,50 @@ async def test_raw_session_errors() -> None:
     finally:
         await s.close()
         agent.close()
+
+
+class _NamesAgent(asyncio.DatagramProtocol):
+    """Answers each GET with its OIDs and value 7, except as ``mode`` says: ``other``
+    (a different name in the first varbind), ``short`` (the last varbind left out)."""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.DatagramTransport | None = None
+        self.mode = "other"
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def datagram_received(self, data: bytes, addr: tuple[str, int]) -> None:
+        community, _, rid, _, _, oids = decode_request(data)
+        if self.mode == "other":
+            oids = [(*oids[0][:-1], oids[0][-1] + 1), *oids[1:]]
+        elif self.mode == "short":
+            oids = oids[:-1]
+        reply = encode_response(community, rid, [(o, 0x41, enc_unsigned(7)) for o in oids])
+        assert self.transport is not None
+        self.transport.sendto(reply, addr)
+
+
+async def test_get_responses_are_checked_against_the_names_asked() -> None:
+    loop = asyncio.get_running_loop()
+    transport, agent = await loop.create_datagram_endpoint(_NamesAgent, local_addr=("127.0.0.1", 0))
+    port = transport.get_extra_info("sockname")[1]
+    s = NativeV2cSession("127.0.0.1", port, "public", timeout=0.2, retries=1)
+    oids = [(1, 3, 6, 1, 2, 1, 2, 2, 1, 13, i) for i in (1, 2, 3)]
+    try:
+        # Another name than asked: malformed, counted, retried, then given up on.
+        with pytest.raises(SnmpMalformed, match="not the name asked"):
+            await s.get_values(oids)
+        assert s.stats.malformed == 2 and s.stats.timeouts == 1
+        agent.mode = "short"
+        with pytest.raises(SnmpError, match="GET of 3 OIDs answered with 2 varbinds"):
+            await s.get_values(oids)
+        agent.mode = "none"  # recovers on the same session
+        assert await s.get_values(oids) == [7, 7, 7]
+        assert await s.get(oids) == [(o, 7) for o in oids]
+    finally:
+        await s.close()
+        transport.close()
 
 
 async def test_collection_of_one_target_never_blocks_another(

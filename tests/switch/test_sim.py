@@ -257,11 +257,11 @@ async def test_cached_oid_plans_and_labels_equal_fresh_ones(
         if k == 2:
             sw.pfc_storm("Ethernet0", priority=3, direction="rx", fraction=0.5)
         state = cold.collector.target_state("leaf1")
-        state.oid_plan.clear()  # what each OID is, worked out again this poll
+        state.poll_plan.clear()  # what each OID is, worked out again this poll
         state.label_cache.clear()
         await warm.poll()
         await cold.poll()
-        assert len(warm.collector.target_state("leaf1").oid_plan) > 0
+        assert len(warm.collector.target_state("leaf1").poll_plan) > 0
         assert _series(warm) == _series(cold)
         clock.advance(1.0)
     ratio = warm.value(RATIO, "leaf1", "Ethernet0", "3", "rx")

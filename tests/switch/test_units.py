@@ -15,6 +15,7 @@ from fabricwatch.collectors.switch import FACTORY
 from fabricwatch.collectors.switch._ber import (
     RESPONSE,
     Special,
+    Value,
     decode_oid,
     decode_request,
     decode_response,
@@ -22,6 +23,7 @@ from fabricwatch.collectors.switch._ber import (
     enc_unsigned,
     encode_oid,
     encode_response,
+    names_of,
     parse_oid,
 )
 from fabricwatch.collectors.switch._lldp import map_local_ports
@@ -89,6 +91,10 @@ def test_decode_matches_pysnmp_encoder() -> None:
         Special.END_OF_MIB_VIEW,
     ]
     assert [o for o, _ in resp.varbinds] == [o for o, _ in vbs]
+    # By name (what a GET's response is decoded with): the same values, names checked.
+    names = names_of([o for o, _ in vbs])
+    by_name = decode_response(encoder.encode(msg), names=lambda rid: names if rid == 4242 else None)
+    assert by_name.values == values and by_name.varbinds == []
 
 
 def _response() -> bytes:
@@ -126,6 +132,71 @@ def test_oid_cache_keeps_no_undecodable_oid() -> None:
     assert cache == {}
     assert decode_response(data, cache).varbinds == decode_response(data).varbinds
     assert len(cache) == 2
+
+
+_NAMES = names_of([(1, 3, 6, 1, 2, 1, 1, 3, 0), (1, 3, 6, 1, 2, 1, 1, 2, 0)])
+
+
+def _by_name(data: bytes, names: list[bytes] = _NAMES) -> list[Value]:
+    return decode_response(data, names=lambda _rid: names).values
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            oids.filter(lambda o: len(o) >= 2),
+            st.sampled_from([0x41, 0x42, 0x43, 0x46, 0x02, 0x04, 0x80, 0x81]),
+            st.integers(0, 2**32 - 1),
+        ),
+        max_size=12,
+    )
+)
+def test_by_name_decodes_the_values_the_plain_decoder_does(
+    vbs: list[tuple[tuple[int, ...], int, int]],
+) -> None:
+    body = {0x02: lambda v: enc_unsigned(v >> 1), 0x04: lambda v: str(v).encode()}
+    wire = encode_response(
+        b"c",
+        9,
+        [(o, t, b"" if t >= 0x80 else body.get(t, enc_unsigned)(v)) for o, t, v in vbs],
+    )
+    plain = decode_response(wire)
+    asked = names_of([o for o, _, _ in vbs])
+    assert _by_name(wire, asked) == [v for _, v in plain.varbinds]
+    # Another request's names (or none known for the request-id): decoded as usual.
+    assert decode_response(wire, names=lambda _rid: None).varbinds == plain.varbinds
+
+
+def test_by_name_rejects_other_names_and_extra_varbinds() -> None:
+    data = _response()
+    assert _by_name(data) == [99, (1, 3, 6, 1, 4, 1)]
+    with pytest.raises(ParseError, match="varbind 1 of the response is not the name asked"):
+        _by_name(data, names_of([(1, 3, 6, 1, 2, 1, 1, 4, 0), (1, 3, 6, 1, 2, 1, 1, 2, 0)]))
+    with pytest.raises(ParseError, match="varbind 2 of the response is not the name asked"):
+        # A longer name that starts like the one asked is not it.
+        _by_name(data, [_NAMES[0], encode_oid((1, 3, 6, 1, 2, 1, 1))])
+    with pytest.raises(ParseError, match="more varbinds in the response than the 1 asked"):
+        _by_name(data, _NAMES[:1])
+    # Fewer varbinds than asked decode; the session tells the caller (SnmpError).
+    assert _by_name(data, [*_NAMES, encode_oid((1, 3, 6, 1))]) == [99, (1, 3, 6, 1, 4, 1)]
+    # An error response's varbinds are not checked against the names.
+    err = encode_response(b"public", 7, [((1, 3, 6, 1), 0x05, b"")], error_status=1)
+    resp = decode_response(err, names=lambda _rid: _NAMES)
+    assert resp.error_status == 1 and resp.values == []
+
+
+def test_by_name_truncation_and_garbage_are_parse_errors() -> None:
+    data = _response()
+    for n in range(len(data)):
+        with pytest.raises(ParseError):
+            _by_name(data[:n])
+    for pos in range(len(data)):
+        for byte in (0x00, 0x7F, 0x80, 0xFF):
+            corrupt = bytearray(data)
+            corrupt[pos] = byte
+            with contextlib.suppress(ParseError):
+                assert len(_by_name(bytes(corrupt))) <= len(_NAMES)
 
 
 def test_every_truncation_is_a_parse_error() -> None:
