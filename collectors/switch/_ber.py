@@ -98,6 +98,21 @@ def encode_request(  # noqa: PLR0917 - mirrors the PDU fields
     return _tlv(_SEQUENCE, _enc_int(1) + _tlv(_OCTETS, community) + pdu)
 
 
+REQUEST_IDS = (0x0080_0000, 0x7FFF_FFFF)
+"""Request-ids a :func:`request_template` takes: every one of them is four bytes in BER."""
+
+
+def request_template(
+    community: bytes, pdu_type: int, a: int, b: int, varbind_list: bytes
+) -> tuple[bytes, bytes]:
+    """(head, tail) with ``head + rid.to_bytes(4, "big") + tail`` equal to
+    :func:`encode_request` for each ``rid`` in :data:`REQUEST_IDS` (a poll sends the
+    same requests every cycle: only their request-ids differ)."""
+    msg = encode_request(community, pdu_type, REQUEST_IDS[0], a, b, varbind_list)
+    at = len(msg) - len(varbind_list) - len(_enc_int(a)) - len(_enc_int(b)) - 4
+    return msg[:at], msg[at + 4 :]
+
+
 def _header(data: bytes, pos: int, end: int) -> tuple[int, int, int]:
     """Return (tag, body start, body end) of the TLV at ``pos``, checked against ``end``."""
     if pos + 2 > end:

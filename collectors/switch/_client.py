@@ -30,6 +30,7 @@ from fabricwatch.errors import CollectorError, ParseError
 from ._ber import (
     GET,
     GETBULK,
+    REQUEST_IDS,
     Names,
     Oid,
     Response,
@@ -37,9 +38,9 @@ from ._ber import (
     Value,
     VarBind,
     decode_response,
-    encode_request,
     encode_varbind_list,
     names_of,
+    request_template,
 )
 
 ERROR_STATUS = {
@@ -148,8 +149,12 @@ class _Channel(asyncio.DatagramProtocol):
         self.error = exc
 
 
+_RID_LOW = REQUEST_IDS[0]
+_RID_SPAN = REQUEST_IDS[1] - REQUEST_IDS[0] + 1
 _VBL_CACHE_CAP = 1024
-"""Encoded request varbind lists a session keeps (~200 bytes each)."""
+"""Encoded requests a session keeps (~1 KB each)."""
+_Prepared = tuple[bytes, bytes, "Names"]
+"""A request: its message before and after the request-id, and its names' encodings."""
 
 
 def _expire(waiter: asyncio.Future[Any]) -> None:
@@ -179,7 +184,10 @@ class NativeV2cSession:
         self.stats = SessionStats()
         self._channel: _Channel | None = None
         self._ids = itertools.count(random.randrange(1, 1 << 30))  # noqa: S311 - not security
-        self._vbl_cache: dict[tuple[Oid, ...], tuple[bytes, Names]] = {}
+        self._prepared: dict[tuple[int, int, int, tuple[Oid, ...]], _Prepared] = {}
+        # The last get_values() OIDs (a tuple: immutable) and their requests: a poll
+        # GETs the same tuple every cycle, found by identity, not by hashing it.
+        self._last_get: tuple[tuple[Oid, ...], list[_Prepared]] | None = None
 
     async def _ensure(self) -> _Channel:
         if self._channel is None or self._channel.transport is None:
@@ -191,27 +199,26 @@ class NativeV2cSession:
             self._channel = proto
         return self._channel
 
-    def _varbind_list(self, oids: tuple[Oid, ...]) -> tuple[bytes, Names]:
-        """The request's encoded VarBindList and its names' encodings."""
-        got = self._vbl_cache.get(oids)
+    def _prepare(self, pdu: int, a: int, b: int, oids: tuple[Oid, ...]) -> _Prepared:
+        """A request's message around its request-id, and its names' encodings."""
+        key = (pdu, a, b, oids)
+        got = self._prepared.get(key)
         if got is None:
-            names = names_of(oids)
-            got = (encode_varbind_list(oids), names)
-            # Polls repeat the same request lists (a 512-port switch ~420 GETs
-            # a poll): keep them, bounded.
-            if len(self._vbl_cache) < _VBL_CACHE_CAP:
-                self._vbl_cache[oids] = got
+            head, tail = request_template(self._community, pdu, a, b, encode_varbind_list(oids))
+            got = (head, tail, names_of(oids))
+            # Polls repeat the same requests (a 512-port switch ~420 GETs a
+            # poll): keep them, bounded.
+            if len(self._prepared) < _VBL_CACHE_CAP:
+                self._prepared[key] = got
         return got
 
-    async def _request(
-        self, pdu: int, a: int, b: int, oids: tuple[Oid, ...], *, by_name: bool = False
-    ) -> Response:
+    async def _request(self, request: _Prepared, *, by_name: bool = False) -> Response:
         """One request, retried; ``by_name``: the response's names are checked against
         the request's instead of decoded (its :attr:`Response.values` filled)."""
         chan = await self._ensure()
         transport = chan.transport
         assert transport is not None
-        vbl, names = self._varbind_list(oids)
+        head, tail, names = request
         names_by_id = chan.names
         loop = asyncio.get_running_loop()
         ids: list[int] = []
@@ -227,14 +234,14 @@ class NativeV2cSession:
         # took four and three more futures (switch mode sends ~300 a poll).
         try:
             for _ in range(self._retries + 1):
-                rid = next(self._ids) & 0x7FFFFFFF
+                rid = _RID_LOW + next(self._ids) % _RID_SPAN
                 ids.append(rid)
                 waiter = loop.create_future()
                 for r in ids:
                     pending[r] = waiter
                 if by_name:
                     names_by_id[rid] = names
-                transport.sendto(encode_request(self._community, pdu, rid, a, b, vbl))
+                transport.sendto(head + rid.to_bytes(4, "big") + tail)
                 timer = loop.call_later(self._timeout, _expire, waiter)
                 resp = await waiter
                 timer.cancel()
@@ -275,19 +282,29 @@ class NativeV2cSession:
     async def get_values(self, oids: Sequence[Oid]) -> list[Value]:
         """GET in chunks of ``max_oids_per_request``; the responses' names are compared
         with the request's as bytes, only their values decoded."""
+        last = self._last_get
+        if last is not None and last[0] is oids:
+            requests = last[1]
+        else:
+            n = self._max_oids
+            requests = [
+                self._prepare(GET, 0, 0, tuple(oids[i : i + n])) for i in range(0, len(oids), n)
+            ]
+            if type(oids) is tuple:
+                self._last_get = (oids, requests)
         out: list[Value] = []
-        for i in range(0, len(oids), self._max_oids):
-            chunk = tuple(oids[i : i + self._max_oids])
-            values = (await self._request(GET, 0, 0, chunk, by_name=True)).values
-            if len(values) != len(chunk):
-                msg = f"GET of {len(chunk)} OIDs answered with {len(values)} varbinds"
+        for request in requests:
+            values = (await self._request(request, by_name=True)).values
+            if len(values) != len(request[2]):
+                msg = f"GET of {len(request[2])} OIDs answered with {len(values)} varbinds"
                 raise SnmpError(msg)
             out.extend(values)
         return out
 
     async def bulk(self, oids: Sequence[Oid], max_repetitions: int) -> list[VarBind]:
         """One GETBULK request."""
-        return (await self._request(GETBULK, 0, max_repetitions, tuple(oids))).varbinds
+        request = self._prepare(GETBULK, 0, max_repetitions, tuple(oids))
+        return (await self._request(request)).varbinds
 
     async def close(self) -> None:
         """Close the socket."""

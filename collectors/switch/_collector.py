@@ -102,8 +102,9 @@ class _Target:
     ports: dict[int, str] = field(default_factory=dict)
     uplink_ports: dict[int, str] = field(default_factory=dict)
     tables: list[Table] = field(default_factory=list)
-    get_oids: list[Oid] = field(default_factory=list)  # every poll GETs these (see _plan)
+    get_oids: tuple[Oid, ...] = ()  # every poll GETs these (see _plan)
     poll_plan: list[_Plan] = field(default_factory=list)  # what each of get_oids is
+    layout: _PollLayout | None = None  # where each port's values are (see _poll_layout)
     discovered_at: float | None = None
     failures: int = 0
     next_attempt: float = 0.0
@@ -139,6 +140,49 @@ _Plan = tuple[int, int, str, _Key | None, Table | None]
 and the target's tables and ports): (kind, ifIndex, IF-MIB column name, counter
 key, table)."""
 _PLAN_SKIP: _Plan = (_SKIP, 0, "", None, None)
+_PortSlice = tuple[int, int, int, int, tuple[str, ...], tuple["_Key", ...], tuple[Table, ...]]
+"""One port's values in a poll: (ifIndex, start, end of its IF-MIB values and of its
+counters, the IF-MIB column names, counter keys and tables in that order)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _PollLayout:
+    """Where a poll's values are when the polled OIDs run port by port, each counter
+    key once a port (no summed rows): then each port's values are two slices."""
+
+    uptime: bool  # the first value is sysUpTime
+    ports: tuple[_PortSlice, ...]
+    ecn: int  # where the ECN rows start (they run to the end)
+
+
+def _poll_layout(plans: Sequence[_Plan]) -> _PollLayout | None:
+    """The layout of a poll of ``plans`` (see :class:`_PollLayout`); None where the
+    plans do not run that way."""
+    uptime = bool(plans) and plans[0][0] == _UPTIME
+    pos = int(uptime)
+    ports: list[_PortSlice] = []
+    seen: set[int] = set()
+    while pos < len(plans) and plans[pos][0] in (_IF, _COUNTER):
+        if_index = plans[pos][1]
+        if if_index in seen:
+            return None
+        seen.add(if_index)
+        start = pos
+        while pos < len(plans) and plans[pos][0] == _IF and plans[pos][1] == if_index:
+            pos += 1
+        mid = pos
+        while pos < len(plans) and plans[pos][0] == _COUNTER and plans[pos][1] == if_index:
+            pos += 1
+        names = tuple(p[2] for p in plans[start:mid])
+        keys = tuple(p[3] for p in plans[mid:pos] if p[3] is not None)
+        tables = tuple(p[4] for p in plans[mid:pos] if p[4] is not None)
+        if len(set(names)) != len(names) or len(set(keys)) != pos - mid or len(tables) != len(keys):
+            return None
+        ports.append((if_index, start, mid, pos, names, keys, tables))
+    ecn = pos
+    if any(p[0] != _ECN for p in plans[ecn:]):
+        return None
+    return _PollLayout(uptime, tuple(ports), ecn)
 
 
 @dataclass(slots=True)
@@ -567,17 +611,27 @@ class SwitchCollector:
         """Work out this target's per-poll requests once per discovery: the OIDs every
         poll GETs (:attr:`_Target.get_oids`) and what each is (``poll_plan``)."""
         t.label_cache = {}  # ports and tables may have changed
-        t.get_oids = [SYS_UPTIME]
+        oids: list[Oid] = [SYS_UPTIME]
         t.orphans = 0
         if t.mode == "switch":
-            await self._plan_switch(t)
+            await self._plan_switch(t, oids)
         else:
-            await self._plan_node(t)
-        plans = [self._plan_oid(t, o) for o in t.get_oids]
-        t.get_oids = [o for o, p in zip(t.get_oids, plans, strict=True) if p[0] != _SKIP]
-        t.poll_plan = [p for p in plans if p[0] != _SKIP]
+            await self._plan_node(t, oids)
+        plans = [self._plan_oid(t, o) for o in oids]
+        # Port by port (each port's OIDs in the order found): see _PollLayout.
+        order = {i: k for k, i in enumerate(t.ports)}
+        rank = {_UPTIME: 0, _IF: 1, _COUNTER: 1, _ECN: 2}
 
-    async def _plan_switch(self, t: _Target) -> None:
+        def where(p: _Plan) -> tuple[int, int, int]:
+            return rank[p[0]], order.get(p[1], len(order)), int(p[0] == _COUNTER)
+
+        kept = [(p, o) for o, p in zip(oids, plans, strict=True) if p[0] != _SKIP]
+        kept.sort(key=lambda po: where(po[0]))
+        t.get_oids = tuple(o for _, o in kept)
+        t.poll_plan = [p for p, _ in kept]
+        t.layout = _poll_layout(t.poll_plan)
+
+    async def _plan_switch(self, t: _Target, oids: list[Oid]) -> None:
         """Every row of the polled columns, learnt by walking them once: later polls GET
         exactly the rows they use (a GET response's names are checked, not decoded,
         and rows nothing reads, such as SONiC's per-queue sent counters, are not
@@ -597,23 +651,23 @@ class SwitchCollector:
                 if kind == _ORPHAN:
                     t.orphans += 1
                 elif kind != _SKIP:
-                    t.get_oids.append(oid)
+                    oids.append(oid)
 
-    async def _plan_node(self, t: _Target) -> None:
+    async def _plan_node(self, t: _Target, oids: list[Oid]) -> None:
         """The uplink ports' rows: IF-MIB and column-per-sub tables by ifIndex, and the
         rows of (ifIndex, ...) tables that exist (walked under each port's prefix)."""
         ports = sorted(t.ports)
         for i in ports:
-            t.get_oids.extend((*col, i) for col in self._if_columns(t))
+            oids.extend((*col, i) for col in self._if_columns(t))
             for tb in t.tables:
-                t.get_oids.extend((*c, i) for c in tb.columns)
+                oids.extend((*c, i) for c in tb.columns)
         # Rows of (ifIndex, ...) tables: learn exactly which exist, then GET them.
         prefixes = [(*tb.column, i) for tb in t.tables if tb.column is not None for i in ports]
         ecn_prefixes = [(*_cbqos.ECN_MARK_PKT64, p, o) for p, o in sorted(t.cbqos)]
         if ecn_prefixes and t.session is not None:
             rows = await walk(t.session, ecn_prefixes, max_repetitions=t.cfg.max_repetitions)
             for pre in ecn_prefixes:
-                t.get_oids.extend(oid for oid, _ in rows.get(pre, ()) if len(oid) == len(pre) + 1)
+                oids.extend(oid for oid, _ in rows.get(pre, ()) if len(oid) == len(pre) + 1)
         if prefixes and t.session is not None:
             rows = await walk(t.session, prefixes, max_repetitions=t.cfg.max_repetitions)
             for tb in t.tables:
@@ -623,7 +677,7 @@ class SwitchCollector:
                 for i in ports:
                     for oid, _ in rows.get((*tb.column, i), ()):
                         if tb.match_suffix(oid[n + 1 :], 8) is not None:
-                            t.get_oids.append(oid)
+                            oids.append(oid)
 
     # -- collection -------------------------------------------------------
 
@@ -686,7 +740,48 @@ class SwitchCollector:
         plans = t.poll_plan
         if len(plans) != len(t.get_oids):
             plans = t.poll_plan = [self._plan_oid(t, o) for o in t.get_oids]
-        for oid, plan, value in zip(t.get_oids, plans, values, strict=True):
+            t.layout = _poll_layout(plans)
+        layout = t.layout
+        if layout is not None and set(map(type, values)) == _INT_ONLY:
+            # Every value a number (no exception values): each port's two slices.
+            if layout.uptime:
+                uptime = values[0]  # type: ignore[assignment]
+            for if_index, start, mid, end, names, keys, tables in layout.ports:
+                ports[if_index] = _PortData(
+                    dict(zip(names, values[start:mid], strict=True)),  # type: ignore[arg-type]
+                    dict(zip(keys, zip(values[mid:end], tables, strict=True), strict=True)),  # type: ignore[arg-type]
+                )
+            ecn_vbs = list(zip(t.get_oids[layout.ecn :], values[layout.ecn :], strict=True))
+        else:
+            uptime = self._take(t.get_oids, plans, values, ports, ecn_vbs)
+        self._uptime(t, uptime)
+        self._say_missing(t, ports)
+        for if_index, pd in ports.items():
+            self._port_samples(t, if_index, pd, out)
+        out.rate(t.rates, self._tracker_settings, ts)
+        if ecn_vbs:
+            for (if_index, queue), marks in _cbqos.ecn_marks(ecn_vbs, t.cbqos).items():
+                if if_index not in known:
+                    continue
+                disc = ports[if_index].values.get("disc", 0) if if_index in ports else 0
+                epoch = (t.boot << 32) | (disc & 0xFFFFFFFF)
+                labels = (t.name, t.ports[if_index], queue)
+                out.singles.append(
+                    Reading(fam.SW_ECN.name, labels, float(marks), ts=ts, epoch=epoch)
+                )
+
+    @staticmethod
+    def _take(
+        oids: Sequence[Oid],
+        plans: Sequence[_Plan],
+        values: Sequence[Value],
+        ports: dict[int, _PortData],
+        ecn_vbs: list[VarBind],
+    ) -> int | None:
+        """A poll's values one by one into ``ports`` and ``ecn_vbs`` (any poll: exception
+        values, summed rows); its sysUpTime."""
+        uptime: int | None = None
+        for oid, plan, value in zip(oids, plans, values, strict=True):
             if type(value) is not int:  # bytes, OIDs, exceptions (Special), NULL
                 continue
             kind = plan[0]
@@ -707,21 +802,7 @@ class SwitchCollector:
                 uptime = value
             elif kind == _ECN:
                 ecn_vbs.append((oid, value))
-        self._uptime(t, uptime)
-        self._say_missing(t, ports)
-        for if_index, pd in ports.items():
-            self._port_samples(t, if_index, pd, out)
-        out.rate(t.rates, self._tracker_settings, ts)
-        if ecn_vbs:
-            for (if_index, queue), marks in _cbqos.ecn_marks(ecn_vbs, t.cbqos).items():
-                if if_index not in known:
-                    continue
-                disc = ports[if_index].values.get("disc", 0) if if_index in ports else 0
-                epoch = (t.boot << 32) | (disc & 0xFFFFFFFF)
-                labels = (t.name, t.ports[if_index], queue)
-                out.singles.append(
-                    Reading(fam.SW_ECN.name, labels, float(marks), ts=ts, epoch=epoch)
-                )
+        return uptime
 
     def _say_missing(self, t: _Target, ports: dict[int, _PortData]) -> None:
         """Log once per switch (again only when it changes) which IF-MIB columns are absent."""
@@ -873,6 +954,7 @@ class SwitchCollector:
         pc.layout = _layout(keys, c, recipes)
 
 
+_INT_ONLY = {int}
 _first = operator.itemgetter(0)
 _Run = tuple[
     str,

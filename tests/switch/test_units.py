@@ -13,6 +13,9 @@ from hypothesis import strategies as st
 from fabricwatch.collectors import builtin_registry
 from fabricwatch.collectors.switch import FACTORY
 from fabricwatch.collectors.switch._ber import (
+    GET,
+    GETBULK,
+    REQUEST_IDS,
     RESPONSE,
     Special,
     Value,
@@ -22,9 +25,12 @@ from fabricwatch.collectors.switch._ber import (
     enc_oid_body,
     enc_unsigned,
     encode_oid,
+    encode_request,
     encode_response,
+    encode_varbind_list,
     names_of,
     parse_oid,
+    request_template,
 )
 from fabricwatch.collectors.switch._lldp import map_local_ports
 from fabricwatch.collectors.switch._profiles import load_profiles, parse_profile
@@ -197,6 +203,22 @@ def test_by_name_truncation_and_garbage_are_parse_errors() -> None:
             corrupt[pos] = byte
             with contextlib.suppress(ParseError):
                 assert len(_by_name(bytes(corrupt))) <= len(_NAMES)
+
+
+@given(
+    st.sampled_from([GET, GETBULK]),
+    st.integers(0, 300),
+    st.lists(oids.filter(lambda o: len(o) >= 2), max_size=60),
+    st.integers(*REQUEST_IDS),
+)
+def test_request_template_is_the_encoded_request(
+    pdu: int, reps: int, request: list[tuple[int, ...]], rid: int
+) -> None:
+    vbl = encode_varbind_list(request)
+    head, tail = request_template(b"public", pdu, 0, reps, vbl)
+    for r in (rid, *REQUEST_IDS):
+        assert head + r.to_bytes(4, "big") + tail == encode_request(b"public", pdu, r, 0, reps, vbl)
+    assert decode_request(head + rid.to_bytes(4, "big") + tail)[2] == rid
 
 
 def test_every_truncation_is_a_parse_error() -> None:
