@@ -11,6 +11,8 @@ guessed at: a malformed or truncated datagram must not crash the daemon.
 from __future__ import annotations
 
 import enum
+import operator
+import re
 from collections.abc import Callable, Sequence
 
 from fabricwatch.errors import ParseError
@@ -205,13 +207,64 @@ class Response:
 OID_CACHE_CAP = 1 << 16
 """OID encodings a :func:`decode_response` cache keeps (a 512-port switch polls ~21 000)."""
 
-Names = Sequence[bytes]
-"""A request's names as their BER encodings (tag, length, body), in request order."""
+# A varbind's number value in its common form (what the loop of decode_varbinds
+# takes inline, as it takes it): Counter32, Gauge32 or TimeTicks of up to 4 bytes
+# (5 with a leading zero), Counter64 of up to 8 (9), a non-negative INTEGER of up
+# to 8; its length byte and value bytes captured.
+_NUMBER = (
+    rb"(?:[\x41\x42\x43](?=[\x01-\x04]|\x05\x00)|\x46(?=[\x01-\x08]|\x09\x00)"
+    rb"|\x02(?=[\x01-\x08][\x00-\x7f]))("
+    + b"|".join(b"\\x%02x.{%d}" % (n, n) for n in range(1, 10))
+    + b")"
+)
+_VALUE_BYTES = operator.itemgetter(slice(1, None))
+_PATTERN_CAP = 256
+"""Compiled varbind-list patterns a names cache keeps (one per sequence of name lengths)."""
 
 
-def names_of(oids: Sequence[Oid]) -> list[bytes]:
-    """The :data:`Names` of ``oids`` (what a GET response must echo)."""
-    return [encode_oid(o) for o in oids]
+class Names:
+    """A request's names as their BER encodings (tag, length, body), in request order,
+    and what a response echoing them is checked with.
+
+    ``pattern`` matches a VarBindList of varbinds with names of these lengths, each a
+    number in its common form: one regex match (in C) gives each varbind's length,
+    name and value bytes, checked against ``bodies`` and ``heads`` as a whole.
+    None where a name is too long for a short-form length.
+    """
+
+    __slots__ = ("bodies", "heads", "pattern", "tlvs")
+
+    def __init__(
+        self,
+        tlvs: Sequence[bytes],
+        patterns: dict[tuple[int, ...], re.Pattern[bytes]] | None = None,
+    ) -> None:
+        self.tlvs = list(tlvs)
+        self.bodies = b"".join(t[2:] for t in self.tlvs)
+        # A varbind's length less its value's length byte and value (tag, length, name, tag).
+        self.heads = [len(t) + 1 for t in self.tlvs]
+        self.pattern: re.Pattern[bytes] | None = None
+        if all(len(t) < 0x80 + 2 and t[1] == len(t) - 2 for t in self.tlvs):
+            lengths = tuple(len(t) - 2 for t in self.tlvs)
+            pattern = None if patterns is None else patterns.get(lengths)
+            if pattern is None:
+                varbind = b"\\x30([\\x00-\\x7f])\\x06\\x%02x(.{%d})" + _NUMBER
+                text = b"".join(varbind % (n, n) for n in lengths)
+                pattern = re.compile(text, re.DOTALL)
+                if patterns is not None and len(patterns) < _PATTERN_CAP:
+                    patterns[lengths] = pattern
+            self.pattern = pattern
+
+    def __len__(self) -> int:
+        return len(self.tlvs)
+
+
+def names_of(
+    oids: Sequence[Oid], patterns: dict[tuple[int, ...], re.Pattern[bytes]] | None = None
+) -> Names:
+    """The :class:`Names` of ``oids`` (what a GET response must echo); ``patterns``: a
+    cache of compiled patterns, owned by the caller (one per session)."""
+    return Names([encode_oid(o) for o in oids], patterns)
 
 
 def decode_response(
@@ -287,12 +340,22 @@ def decode_varbinds(
     """The varbinds of a VarBindList body ``data[pos:vbl_end]``: their names' encoded
     bodies and their values (with ``names``: each name checked against the
     request's, no bodies returned)."""
+    if names is not None and names.pattern is not None:
+        m = names.pattern.fullmatch(data, pos, vbl_end)
+        if m is not None:
+            got = m.groups()
+            raw = got[2::3]  # each value's length byte and bytes
+            if b"".join(got[1::3]) == names.bodies and b"".join(got[0::3]) == bytes(
+                map(operator.add, names.heads, map(len, raw))
+            ):
+                return [], list(map(int.from_bytes, map(_VALUE_BYTES, raw)))
     bodies: list[bytes] = []
     values: list[Value] = []
     take_body = bodies.append
     push = values.append
     numeric = _NUMERIC_APP
     count = -1 if names is None else len(names)
+    tlvs = [] if names is None else names.tlvs
     i = 0
     while pos < vbl_end:
         if i == count:
@@ -310,7 +373,7 @@ def decode_varbinds(
                 if vtag in numeric and 0 < vl < 0x80 and ve <= vb_end:
                     if names is None:
                         take_body(data[pos + 4 : oe])
-                    elif oe - pos - 2 != len(names[i]) or not data.startswith(names[i], pos + 2):
+                    elif oe - pos - 2 != len(tlvs[i]) or not data.startswith(tlvs[i], pos + 2):
                         raise ParseError(f"varbind {i + 1} of the response is not the name asked")
                     value = int.from_bytes(data[oe + 2 : ve], "big")
                     # Up to 4 bytes fit every type: the range check only for longer ones.
@@ -329,7 +392,7 @@ def decode_varbinds(
             raise ParseError("VarBind without an OID")
         if names is None:
             take_body(data[os_:oe])
-        elif data[s:oe] != names[i]:
+        elif data[s:oe] != tlvs[i]:
             raise ParseError(f"varbind {i + 1} of the response is not the name asked")
         tag, vs, ve = _header(data, oe, vb_end)
         push(_dec_value(data, tag, vs, ve))

@@ -21,6 +21,7 @@ import contextlib
 import itertools
 import operator
 import random
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -185,6 +186,7 @@ class NativeV2cSession:
         self._channel: _Channel | None = None
         self._ids = itertools.count(random.randrange(1, 1 << 30))  # noqa: S311 - not security
         self._prepared: dict[tuple[int, int, int, tuple[Oid, ...]], _Prepared] = {}
+        self._patterns: dict[tuple[int, ...], re.Pattern[bytes]] = {}  # see Names
         # The last get_values() OIDs (a tuple: immutable) and their requests: a poll
         # GETs the same tuple every cycle, found by identity, not by hashing it.
         self._last_get: tuple[tuple[Oid, ...], list[_Prepared]] | None = None
@@ -205,7 +207,7 @@ class NativeV2cSession:
         got = self._prepared.get(key)
         if got is None:
             head, tail = request_template(self._community, pdu, a, b, encode_varbind_list(oids))
-            got = (head, tail, names_of(oids))
+            got = (head, tail, names_of(oids, self._patterns))
             # Polls repeat the same requests (a 512-port switch ~420 GETs a
             # poll): keep them, bounded.
             if len(self._prepared) < _VBL_CACHE_CAP:

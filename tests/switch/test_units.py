@@ -17,8 +17,10 @@ from fabricwatch.collectors.switch._ber import (
     GETBULK,
     REQUEST_IDS,
     RESPONSE,
+    Names,
     Special,
     Value,
+    _decode_header,
     decode_oid,
     decode_request,
     decode_response,
@@ -143,8 +145,9 @@ def test_oid_cache_keeps_no_undecodable_oid() -> None:
 _NAMES = names_of([(1, 3, 6, 1, 2, 1, 1, 3, 0), (1, 3, 6, 1, 2, 1, 1, 2, 0)])
 
 
-def _by_name(data: bytes, names: list[bytes] = _NAMES) -> list[Value]:
-    return decode_response(data, names=lambda _rid: names).values
+def _by_name(data: bytes, names: Names | list[bytes] = _NAMES) -> list[Value]:
+    asked = names if isinstance(names, Names) else Names(names)
+    return decode_response(data, names=lambda _rid: asked).values
 
 
 @settings(max_examples=100, deadline=None)
@@ -181,15 +184,68 @@ def test_by_name_rejects_other_names_and_extra_varbinds() -> None:
         _by_name(data, names_of([(1, 3, 6, 1, 2, 1, 1, 4, 0), (1, 3, 6, 1, 2, 1, 1, 2, 0)]))
     with pytest.raises(ParseError, match="varbind 2 of the response is not the name asked"):
         # A longer name that starts like the one asked is not it.
-        _by_name(data, [_NAMES[0], encode_oid((1, 3, 6, 1, 2, 1, 1))])
+        _by_name(data, [_NAMES.tlvs[0], encode_oid((1, 3, 6, 1, 2, 1, 1))])
     with pytest.raises(ParseError, match="more varbinds in the response than the 1 asked"):
-        _by_name(data, _NAMES[:1])
+        _by_name(data, _NAMES.tlvs[:1])
     # Fewer varbinds than asked decode; the session tells the caller (SnmpError).
-    assert _by_name(data, [*_NAMES, encode_oid((1, 3, 6, 1))]) == [99, (1, 3, 6, 1, 4, 1)]
+    assert _by_name(data, [*_NAMES.tlvs, encode_oid((1, 3, 6, 1))]) == [99, (1, 3, 6, 1, 4, 1)]
     # An error response's varbinds are not checked against the names.
     err = encode_response(b"public", 7, [((1, 3, 6, 1), 0x05, b"")], error_status=1)
     resp = decode_response(err, names=lambda _rid: _NAMES)
     assert resp.error_status == 1 and resp.values == []
+
+
+_EDGES = [
+    (0x41, b"\x00\xff\xff\xff\xff"),  # Counter32 2^32-1: five bytes, leading zero
+    (0x46, b"\x00" + b"\xff" * 8),  # Counter64 2^64-1: nine bytes
+    (0x46, b"\x01"),
+    (0x42, b"\x00\x00\x01"),  # not minimal, in range
+    (0x02, b"\x7f"),
+    (0x02, b"\xff"),  # a negative INTEGER
+    (0x43, b"\x12\x34\x56\x78"),
+    (0x41, b"\x01\x00\x00\x00\x00"),  # out of range for Counter32
+    (0x80, b""),  # noSuchObject
+    (0x04, b"text\n"),
+    (0x46, b"\x0a" * 8),  # newline bytes in a value
+    (0x02, b"\x00" * 9),
+]
+"""Number values in edge encodings (as agents send them), and a few others."""
+_EDGE_OIDS = [(1, 3, 6, 1, 2, 1, 2, 2, 1, 10, 100 + 20 * i) for i in range(len(_EDGES))]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.integers(0, len(_EDGES) - 1), max_size=8), st.integers(0, 400), st.integers(0, 255)
+)
+def test_by_name_one_match_decodes_as_the_loop_does(picks: list[int], pos: int, byte: int) -> None:
+    """The whole-response match (Names.pattern) gives what the varbind loop gives, or
+    leaves the response to it: any mix of edge encodings, any corrupted byte."""
+    oids = [_EDGE_OIDS[i] for i in picks]
+    wire = encode_response(
+        b"public", 3, [(o, *_EDGES[i]) for o, i in zip(oids, picks, strict=True)]
+    )
+    corrupt = bytearray(wire)
+    corrupt[pos % len(corrupt)] = byte
+    for data in (wire, bytes(corrupt)):
+        matched, looped = names_of(oids), names_of(oids)
+        looped.pattern = None
+        assert matched.pattern is not None
+        try:
+            want: object = _by_name(data, looped)
+        except ParseError:
+            want = ParseError
+        try:
+            got: object = _by_name(data, matched)
+        except ParseError:
+            got = ParseError
+        assert got == want
+    # A mix of numbers in their common forms is decoded by the match alone.
+    common = [i for i in picks if i in (0, 1, 2, 4, 6, 10)]
+    numbers = names_of([_EDGE_OIDS[i] for i in common])
+    wire = encode_response(b"public", 3, [(_EDGE_OIDS[i], *_EDGES[i]) for i in common])
+    *_, start, end = _decode_header(wire)
+    assert numbers.pattern is not None
+    assert numbers.pattern.fullmatch(wire, start, end) is not None
 
 
 def test_by_name_truncation_and_garbage_are_parse_errors() -> None:
