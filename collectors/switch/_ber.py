@@ -207,10 +207,10 @@ class Response:
 OID_CACHE_CAP = 1 << 16
 """OID encodings a :func:`decode_response` cache keeps (a 512-port switch polls ~21 000)."""
 
-# A varbind's number value in its common form (what the loop of decode_varbinds
-# takes inline, as it takes it): Counter32, Gauge32 or TimeTicks of up to 4 bytes
-# (5 with a leading zero), Counter64 of up to 8 (9), a non-negative INTEGER of up
-# to 8; its length byte and value bytes captured.
+# A varbind's number value in a common form, one decode_varbinds' loop takes and
+# decodes to the same int: Counter32, Gauge32 or TimeTicks of up to 4 bytes (5 with
+# a leading zero), Counter64 of up to 8 (9), a non-negative INTEGER of up to 8
+# bytes (so unsigned and signed read the same); its length byte and bytes captured.
 _NUMBER = (
     rb"(?:[\x41\x42\x43](?=[\x01-\x04]|\x05\x00)|\x46(?=[\x01-\x08]|\x09\x00)"
     rb"|\x02(?=[\x01-\x08][\x00-\x7f]))("

@@ -152,8 +152,8 @@ class _Channel(asyncio.DatagramProtocol):
 
 _RID_LOW = REQUEST_IDS[0]
 _RID_SPAN = REQUEST_IDS[1] - REQUEST_IDS[0] + 1
-_VBL_CACHE_CAP = 1024
-"""Encoded requests a session keeps (~1 KB each)."""
+_PREPARED_CAP = 1024
+"""Encoded GET requests a session keeps (~1 KB each)."""
 _Prepared = tuple[bytes, bytes, "Names"]
 """A request: its message before and after the request-id, and its names' encodings."""
 
@@ -201,16 +201,19 @@ class NativeV2cSession:
             self._channel = proto
         return self._channel
 
-    def _prepare(self, pdu: int, a: int, b: int, oids: tuple[Oid, ...]) -> _Prepared:
-        """A request's message around its request-id, and its names' encodings."""
+    def _prepare(
+        self, pdu: int, a: int, b: int, oids: tuple[Oid, ...], *, keep: bool = True
+    ) -> _Prepared:
+        """A request's message around its request-id, and its names' encodings;
+        ``keep``: cached for the next time it is sent."""
         key = (pdu, a, b, oids)
         got = self._prepared.get(key)
         if got is None:
             head, tail = request_template(self._community, pdu, a, b, encode_varbind_list(oids))
             got = (head, tail, names_of(oids, self._patterns))
-            # Polls repeat the same requests (a 512-port switch ~420 GETs a
-            # poll): keep them, bounded.
-            if len(self._prepared) < _VBL_CACHE_CAP:
+            # Polls repeat the same GETs (a 512-port switch ~420 a poll): keep
+            # them, bounded.
+            if keep and len(self._prepared) < _PREPARED_CAP:
                 self._prepared[key] = got
         return got
 
@@ -233,7 +236,7 @@ class NativeV2cSession:
         # One future per try, which the answer to any try so far completes (a late
         # answer to an earlier try still counts), and a timer that completes it
         # with None: two loop iterations a request, where wait_for(shield(...))
-        # took four and three more futures (switch mode sends ~300 a poll).
+        # took four and three more futures (switch mode sends ~420 a poll).
         try:
             for _ in range(self._retries + 1):
                 rid = _RID_LOW + next(self._ids) % _RID_SPAN
@@ -305,7 +308,8 @@ class NativeV2cSession:
 
     async def bulk(self, oids: Sequence[Oid], max_repetitions: int) -> list[VarBind]:
         """One GETBULK request."""
-        request = self._prepare(GETBULK, 0, max_repetitions, tuple(oids))
+        # Walks run at discovery, each request from new cursors: nothing to keep.
+        request = self._prepare(GETBULK, 0, max_repetitions, tuple(oids), keep=False)
         return (await self._request(request)).varbinds
 
     async def close(self) -> None:

@@ -122,7 +122,7 @@ class _Target:
     speeds: dict[int, float] = field(default_factory=dict)  # configured, bit/s by ifIndex
     missing_said: tuple[str, ...] | None = None
     label_cache: dict[int, _PortCache] = field(default_factory=dict)  # reset by discovery
-    bulk: BulkSize = field(default_factory=BulkSize)  # the poll walk's request size
+    bulk: BulkSize = field(default_factory=BulkSize)  # the discovery walk's request size
     rates: dict[int, KeyedRates] = field(default_factory=dict)  # derived gauges' counters
     builders: dict[str, ColumnsBuilder] = field(default_factory=dict)  # per-port families
 
@@ -625,7 +625,7 @@ class SwitchCollector:
         def where(p: _Plan) -> tuple[int, int, int]:
             return rank[p[0]], order.get(p[1], len(order)), int(p[0] == _COUNTER)
 
-        kept = [(p, o) for o, p in zip(oids, plans, strict=True) if p[0] != _SKIP]
+        kept = [(p, o) for o, p in zip(oids, plans, strict=True) if p[0] in rank]
         kept.sort(key=lambda po: where(po[0]))
         t.get_oids = tuple(o for _, o in kept)
         t.poll_plan = [p for p, _ in kept]

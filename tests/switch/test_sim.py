@@ -220,6 +220,18 @@ async def test_switch_mode_polls_every_port_and_discovery_logs_changes(
     assert len(h.collector.target_state("leaf1").ports) == 4
     assert len(h.store.family("fabricwatch_switch_port_up")) == 4
     assert len(h.store.family(FRAMES)) == 4 * 8 * 2
+    st = h.collector.target_state("leaf1")
+    # sysUpTime, then per port 9 IF-MIB columns, 16 PFC rows and 8 queue drop rows
+    # (SONiC's per-queue sent rows, type 1, are not asked for): ports in ifIndex order.
+    assert len(st.get_oids) == 1 + 4 * (9 + 16 + 8)
+    csq = (1, 3, 6, 1, 4, 1, 9, 9, 580, 1, 5, 5, 1, 4)
+    assert all(o[-1] == 5 for o in st.get_oids if o[: len(csq)] == csq)
+    assert [o[-1] for o in st.get_oids[1:10]] == [st.get_oids[1][-1]] * 9
+    assert st.layout is not None and len(st.layout.ports) == 4
+    requests = agent.requests
+    await _polls(h, clock, 3)
+    # Each poll is GETs alone: ceil(133 / 40) = 4 requests, no walk.
+    assert agent.requests - requests == 3 * 4
     # Node mode: a neighbour moves; the periodic rediscovery notices and logs it.
     h2 = make_harness([_target(tmp_path, agent)], clock=clock, discovery_interval=5.0)
     await h2.collector.start()
