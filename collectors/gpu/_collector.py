@@ -5,16 +5,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import operator
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import structlog
 
 from fabricwatch.collector import CollectorEnv
 from fabricwatch.errors import SourceAbsentError
-from fabricwatch.readings import Batch, ColumnsBuilder, MetricSpec, Reading
+from fabricwatch.readings import Batch, Columns, ColumnsBuilder, MetricKind, MetricSpec, Reading
 from fabricwatch.signals import (
     GPU_HEALTHY,
     GPU_INFO,
@@ -114,8 +114,15 @@ _COUNTERS: tuple[tuple[MetricSpec, str], ...] = (
 )
 _GAUGE_NAMES = tuple((spec.name, attr) for spec, attr in _GAUGES)
 _COUNTER_NAMES = tuple((spec.name, attr) for spec, attr in _COUNTERS)
-_new_reading = tuple.__new__
-"""``Reading(...)`` without NamedTuple's Python-level ``__new__`` (same object, all six fields)."""
+_GAUGE_GET = operator.attrgetter(*(attr for _, attr in _GAUGES))
+_COUNTER_GET = operator.attrgetter(*(attr for _, attr in _COUNTERS))
+"""Every simple gauge (counter) of a sample as one tuple, in ``_GAUGES`` (``_COUNTERS``) order."""
+_PER_GPU = (
+    GPU_INFO, GPU_HEALTHY, STALE, GPU_PROCS, CLOCK_EVENT, ECC_ERRORS, REMAPPED_ROWS,
+    *(spec for spec, _ in _GAUGES), *(spec for spec, _ in _COUNTERS),
+)  # fmt: skip
+"""The families with a series per GPU (or per GPU and type): handed to the store as
+columns, one per family and cycle, GPU by GPU in index order."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,7 +154,7 @@ class _Labels:
     per-reading allocation, and the store's dict lookups match them by identity)."""
 
     gpu: tuple[str]
-    clock_events: tuple[tuple[int, tuple[str, str]], ...]
+    clock_events: tuple[tuple[str, str], ...]  # in CLOCK_EVENT_REASONS order
     ecc: tuple[tuple[str, str], tuple[str, str]]
     remapped: tuple[tuple[str, str], tuple[str, str]]
     links: dict[int, tuple[tuple[str, str], dict[str, tuple[str, str, str]]]]
@@ -159,7 +166,7 @@ class _Labels:
     def of(cls, gl: str) -> _Labels:
         return cls(
             (gl,),
-            tuple((mask, (gl, reason)) for mask, reason in CLOCK_EVENT_REASONS),
+            tuple((gl, reason) for _, reason in CLOCK_EVENT_REASONS),
             ((gl, "corrected"), (gl, "uncorrected")),
             ((gl, "correctable"), (gl, "uncorrectable")),
             {},
@@ -207,6 +214,73 @@ class _LinkColumns:
     @classmethod
     def empty(cls) -> _LinkColumns:
         return cls([], [], [], [], [], [], [], [])
+
+
+_CLOCK_MASKS = tuple(mask for mask, _ in CLOCK_EVENT_REASONS)
+
+
+class _FamilyColumns:
+    """One cycle's per-GPU families as columns (see ``_PER_GPU``): labels and values
+    per family, the values of a GPU's simple gauges and counters read in one
+    ``attrgetter`` call each."""
+
+    __slots__ = ("_builders", "_labels", "_values")
+
+    def __init__(self) -> None:
+        self._builders = {spec.name: ColumnsBuilder(spec.name) for spec in _PER_GPU}
+        self._labels: dict[str, list[tuple[str, ...]]] = {spec.name: [] for spec in _PER_GPU}
+        self._values: dict[str, list[float]] = {spec.name: [] for spec in _PER_GPU}
+
+    def add(self, name: str, labels: tuple[str, ...], value: float) -> None:
+        """One series' sample."""
+        self._labels[name].append(labels)
+        self._values[name].append(value)
+
+    def add_sample(self, labels: _Labels, s: GpuSample) -> None:
+        """A good sample's per-GPU gauges and counters (a value None: no series this cycle)."""
+        lab = labels.gpu
+        ls, vs = self._labels, self._values
+        for (name, _), v in zip(_GAUGE_NAMES, _GAUGE_GET(s), strict=True):
+            if v is not None:
+                ls[name].append(lab)
+                vs[name].append(float(v))
+        for (name, _), v in zip(_COUNTER_NAMES, _COUNTER_GET(s), strict=True):
+            if v is not None:
+                ls[name].append(lab)
+                vs[name].append(float(v))
+        if s.clock_event_reasons is not None:
+            bits = s.clock_event_reasons
+            ls[CLOCK_EVENT.name].extend(labels.clock_events)
+            vs[CLOCK_EVENT.name].extend([1.0 if bits & mask else 0.0 for mask in _CLOCK_MASKS])
+        corrected, uncorrected = labels.ecc
+        if s.ecc_corrected is not None:
+            ls[ECC_ERRORS.name].append(corrected)
+            vs[ECC_ERRORS.name].append(s.ecc_corrected)
+        if s.ecc_uncorrected is not None:
+            ls[ECC_ERRORS.name].append(uncorrected)
+            vs[ECC_ERRORS.name].append(s.ecc_uncorrected)
+        correctable, uncorrectable = labels.remapped
+        if s.remapped_correctable is not None:
+            ls[REMAPPED_ROWS.name].append(correctable)
+            vs[REMAPPED_ROWS.name].append(s.remapped_correctable)
+        if s.remapped_uncorrectable is not None:
+            ls[REMAPPED_ROWS.name].append(uncorrectable)
+            vs[REMAPPED_ROWS.name].append(s.remapped_uncorrectable)
+
+    def take(self, epoch: int) -> list[Columns]:
+        """This cycle's columns (counters with ``epoch``); empty again for the next."""
+        out: list[Columns] = []
+        for spec in _PER_GPU:
+            name = spec.name
+            values = self._values[name]
+            if not values:
+                continue
+            labels = self._labels[name]
+            is_counter = spec.kind is MetricKind.COUNTER
+            out.append(self._builders[name].columns(labels, values, epoch if is_counter else None))
+            labels.clear()
+            self._values[name] = []
+        return out
 
 
 def _kind_labels(
@@ -278,6 +352,7 @@ class GpuCollector:
         self._link_columns = tuple(
             ColumnsBuilder(spec.name) for spec in (NVLINK_UP, NVLINK_TX, NVLINK_RX, NVLINK_ERRORS)
         )
+        self._families = _FamilyColumns()
 
     @property
     def name(self) -> str:
@@ -537,16 +612,16 @@ class GpuCollector:
     def _readings(self) -> Batch:
         out: list[Reading] = []
         links = _LinkColumns.empty()
+        fams = self._families
         epoch = self._epoch
         all_pids: list[int] = []
-        new, add = _new_reading, out.append
         info_name, healthy_name, stale_name = GPU_INFO.name, GPU_HEALTHY.name, STALE.name
         for g in self._gpus:
             gl = g.label
             lab = g.labels.gpu
-            add(new(Reading, (info_name, g.info, 1.0, None, None, None)))
-            add(new(Reading, (healthy_name, lab, 1.0 if g.healthy else 0.0, None, None, None)))
-            add(new(Reading, (stale_name, lab, 1.0 if g.stale else 0.0, None, None, None)))
+            fams.add(info_name, g.info, 1.0)
+            fams.add(healthy_name, lab, 1.0 if g.healthy else 0.0)
+            fams.add(stale_name, lab, 1.0 if g.stale else 0.0)
             s = g.sample
             if g.fabric is not None:
                 out.append(
@@ -558,10 +633,11 @@ class GpuCollector:
                 if s is not None and s.pids:
                     all_pids.extend(s.pids)
                 continue
-            self._sample_readings(out, links, g, s, epoch)
+            fams.add_sample(g.labels, s)
+            self._link_samples(links, g, s)
             if s.pids is not None:
                 all_pids.extend(s.pids)
-                add(new(Reading, (GPU_PROCS.name, lab, float(len(s.pids)), None, None, None)))
+                fams.add(GPU_PROCS.name, lab, float(len(s.pids)))
             for job in g.jobs:
                 out.append(Reading(GPU_JOB.name, (gl, job), 1.0))
         if self._settings.jobs:
@@ -570,7 +646,8 @@ class GpuCollector:
         out.extend(self._critical.readings(CRITICAL_EVENTS.name, epoch))
         out.append(Reading(STUCK.name, (), float(self._facade.stuck)))
         up, tx, rx, err = self._link_columns
-        columns = [
+        columns = fams.take(epoch)
+        columns += [
             up.columns(links.up_labels, links.up),
             tx.columns(links.tx_labels, links.tx, epoch),
             rx.columns(links.rx_labels, links.rx, epoch),
@@ -579,40 +656,10 @@ class GpuCollector:
         return Batch(out, [c for c in columns if c.values])
 
     @staticmethod
-    def _sample_readings(
-        out: list[Reading], links: _LinkColumns, g: _Gpu, s: GpuSample, epoch: int
-    ) -> None:
-        # About 40 readings per GPU: plain tuples, without NamedTuple's
-        # Python-level __new__, with the GPU's cached label tuples; the per-link
-        # samples (18 links x 4+ per GPU) go into the columns.
-        new, add = _new_reading, out.append
+    def _link_samples(links: _LinkColumns, g: _Gpu, s: GpuSample) -> None:
+        # The per-link samples (18 links x 4+ per GPU) go into the link columns,
+        # with the GPU's cached label tuples.
         labels = g.labels
-        lab = labels.gpu
-        for name, attr in _GAUGE_NAMES:
-            v: Any = getattr(s, attr)
-            if v is not None:
-                add(new(Reading, (name, lab, float(v), None, None, None)))
-        for name, attr in _COUNTER_NAMES:
-            v = getattr(s, attr)
-            if v is not None:
-                add(new(Reading, (name, lab, float(v), None, epoch, None)))
-        if s.clock_event_reasons is not None:
-            bits = s.clock_event_reasons
-            clock_name = CLOCK_EVENT.name
-            for mask, ll in labels.clock_events:
-                add(new(Reading, (clock_name, ll, 1.0 if bits & mask else 0.0, None, None, None)))
-        corrected, uncorrected = labels.ecc
-        if s.ecc_corrected is not None:
-            add(new(Reading, (ECC_ERRORS.name, corrected, s.ecc_corrected, None, epoch, None)))
-        if s.ecc_uncorrected is not None:
-            add(new(Reading, (ECC_ERRORS.name, uncorrected, s.ecc_uncorrected, None, epoch, None)))
-        correctable, uncorrectable = labels.remapped
-        if s.remapped_correctable is not None:
-            v = s.remapped_correctable
-            add(new(Reading, (REMAPPED_ROWS.name, correctable, v, None, None, None)))
-        if s.remapped_uncorrectable is not None:
-            v = s.remapped_uncorrectable
-            add(new(Reading, (REMAPPED_ROWS.name, uncorrectable, v, None, None, None)))
         gl = g.label
         link_labels = labels.links
         up_l, up_v = links.up_labels.append, links.up.append
