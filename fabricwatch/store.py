@@ -455,9 +455,9 @@ class SnapshotStore:
             self._write_points(series, values, ts, bad)
 
     def _steady_columns(self, st: _ColumnState, col: Columns, ts: float, is_counter: bool) -> None:
-        """:meth:`_ingest_columns` when every value is valid: the value (a counter's
-        rate too), time and ring write of each series in one loop (the per-point
-        work of :meth:`_write_points`)."""
+        """:meth:`_ingest_columns` when every value is valid: for counters the value,
+        rate and ring write of each series in one loop (the per-point work of
+        :meth:`_write_points`)."""
         ring_floats = 2 * self._history
         series = st.series
         if is_counter:
@@ -480,22 +480,9 @@ class SnapshotStore:
                     s.full = True
                 s.head = h
             return
-        # Gauges: value, time and ring write of each series in one loop (the GPU's
-        # per-GPU families come this way, a few dozen columns per cycle).
         for s, value in zip(series, col.values, strict=True):
             s.value = value
-            s.updated = ts
-            ring = s.ring
-            if ring is None:
-                continue
-            h = s.head
-            ring[h] = ts
-            ring[h + 1] = value
-            h += 2
-            if h == ring_floats:
-                h = 0
-                s.full = True
-            s.head = h
+        self._write_points(series, col.values, ts, ())
 
     def _write_points(
         self,

@@ -252,20 +252,16 @@ class _FamilyColumns:
             bits = s.clock_event_reasons
             ls[CLOCK_EVENT.name].extend(labels.clock_events)
             vs[CLOCK_EVENT.name].extend([1.0 if bits & mask else 0.0 for mask in _CLOCK_MASKS])
-        corrected, uncorrected = labels.ecc
-        if s.ecc_corrected is not None:
-            ls[ECC_ERRORS.name].append(corrected)
-            vs[ECC_ERRORS.name].append(s.ecc_corrected)
-        if s.ecc_uncorrected is not None:
-            ls[ECC_ERRORS.name].append(uncorrected)
-            vs[ECC_ERRORS.name].append(s.ecc_uncorrected)
-        correctable, uncorrectable = labels.remapped
-        if s.remapped_correctable is not None:
-            ls[REMAPPED_ROWS.name].append(correctable)
-            vs[REMAPPED_ROWS.name].append(s.remapped_correctable)
-        if s.remapped_uncorrectable is not None:
-            ls[REMAPPED_ROWS.name].append(uncorrectable)
-            vs[REMAPPED_ROWS.name].append(s.remapped_uncorrectable)
+        remapped = (s.remapped_correctable, s.remapped_uncorrectable)
+        pairs = (
+            (ECC_ERRORS.name, labels.ecc, (s.ecc_corrected, s.ecc_uncorrected)),
+            (REMAPPED_ROWS.name, labels.remapped, remapped),
+        )
+        for name, by_type, values in pairs:
+            for type_labels, value in zip(by_type, values, strict=True):
+                if value is not None:
+                    ls[name].append(type_labels)
+                    vs[name].append(value)
 
     def take(self, epoch: int) -> list[Columns]:
         """This cycle's columns (counters with ``epoch``); empty again for the next."""

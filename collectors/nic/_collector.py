@@ -652,19 +652,8 @@ class NicCollector:
                     if not st.ratio:
                         continue
                 rate = signal_rate(st.rate_key, value, ts, epoch=ep)
-                if rate is None:
-                    continue
-                slot = st.slot
-                if st.ratio == 1:
-                    ratio = pause_ratio_from_duration(rate)
-                    if slot not in has_duration:
-                        has_duration.add(slot)
-                        ratios.pop(slot, None)
-                elif slot in has_duration or not link_bps:
-                    continue
-                else:
-                    ratio = pause_ratio_from_frames(rate, link_bps)
-                ratios[slot] = max(ratios.get(slot, 0.0), ratio)
+                if rate is not None:
+                    _add_ratio(st, rate, link_bps, ratios, has_duration)
         new, reading = _new_reading, Reading
         push = out.append
         push(new(reading, (ETHTOOL_UP.name, lab, 1.0 if ok else 0.0, None, None, None)))
@@ -681,6 +670,28 @@ class NicCollector:
             else:
                 family, labels = PAUSE_RATIO.name, (*lab, prio, direction)
             push(new(reading, (family, labels, ratio, None, None, None)))
+
+
+def _add_ratio(
+    st: _Stat,
+    rate: float,
+    link_bps: float,
+    ratios: dict[tuple[str, str, bool], float],
+    has_duration: set[tuple[str, str, bool]],
+) -> None:
+    """Fold one pause statistic's rate into its slot's ratio: the largest from a pause
+    duration where the slot has one, else the largest estimate from pause frames."""
+    slot = st.slot
+    if st.ratio == 1:
+        ratio = pause_ratio_from_duration(rate)
+        if slot not in has_duration:
+            has_duration.add(slot)
+            ratios.pop(slot, None)
+    elif slot in has_duration or not link_bps:
+        return
+    else:
+        ratio = pause_ratio_from_frames(rate, link_bps)
+    ratios[slot] = max(ratios.get(slot, 0.0), ratio)
 
 
 _Entry = tuple[str, str, tuple[str, ...], int]
