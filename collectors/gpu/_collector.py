@@ -9,6 +9,7 @@ import operator
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import structlog
 
@@ -123,6 +124,7 @@ _PER_GPU = (
 )  # fmt: skip
 """The families with a series per GPU (or per GPU and type): handed to the store as
 columns, one per family and cycle, GPU by GPU in index order."""
+_COUNTER_FAMILIES = frozenset(spec.name for spec in _PER_GPU if spec.kind is MetricKind.COUNTER)
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,16 +222,22 @@ _CLOCK_MASKS = tuple(mask for mask, _ in CLOCK_EVENT_REASONS)
 
 
 class _FamilyColumns:
-    """One cycle's per-GPU families as columns (see ``_PER_GPU``): labels and values
-    per family, the values of a GPU's simple gauges and counters read in one
-    ``attrgetter`` call each."""
+    """One cycle's per-GPU families as columns (see ``_PER_GPU``).
 
-    __slots__ = ("_builders", "_labels", "_values")
+    The simple gauges and counters of a good sample are read in one
+    ``attrgetter`` call each and kept as a row per GPU; :meth:`take` turns the
+    rows into one column per family (``zip``, in C), so no Python runs per value
+    unless a GPU does not report one. The other families are added series by
+    series.
+    """
+
+    __slots__ = ("_builders", "_labels", "_rows", "_values")
 
     def __init__(self) -> None:
         self._builders = {spec.name: ColumnsBuilder(spec.name) for spec in _PER_GPU}
         self._labels: dict[str, list[tuple[str, ...]]] = {spec.name: [] for spec in _PER_GPU}
         self._values: dict[str, list[float]] = {spec.name: [] for spec in _PER_GPU}
+        self._rows: list[tuple[tuple[str, ...], tuple[Any, ...], tuple[Any, ...]]] = []
 
     def add(self, name: str, labels: tuple[str, ...], value: float) -> None:
         """One series' sample."""
@@ -238,16 +246,8 @@ class _FamilyColumns:
 
     def add_sample(self, labels: _Labels, s: GpuSample) -> None:
         """A good sample's per-GPU gauges and counters (a value None: no series this cycle)."""
-        lab = labels.gpu
+        self._rows.append((labels.gpu, _GAUGE_GET(s), _COUNTER_GET(s)))
         ls, vs = self._labels, self._values
-        for (name, _), v in zip(_GAUGE_NAMES, _GAUGE_GET(s), strict=True):
-            if v is not None:
-                ls[name].append(lab)
-                vs[name].append(float(v))
-        for (name, _), v in zip(_COUNTER_NAMES, _COUNTER_GET(s), strict=True):
-            if v is not None:
-                ls[name].append(lab)
-                vs[name].append(float(v))
         if s.clock_event_reasons is not None:
             bits = s.clock_event_reasons
             ls[CLOCK_EVENT.name].extend(labels.clock_events)
@@ -266,16 +266,30 @@ class _FamilyColumns:
     def take(self, epoch: int) -> list[Columns]:
         """This cycle's columns (counters with ``epoch``); empty again for the next."""
         out: list[Columns] = []
-        for spec in _PER_GPU:
-            name = spec.name
-            values = self._values[name]
+        for name, values in self._values.items():
             if not values:
                 continue
             labels = self._labels[name]
-            is_counter = spec.kind is MetricKind.COUNTER
-            out.append(self._builders[name].columns(labels, values, epoch if is_counter else None))
+            family_epoch = epoch if name in _COUNTER_FAMILIES else None
+            out.append(self._builders[name].columns(labels, values, family_epoch))
             labels.clear()
             self._values[name] = []
+        rows, self._rows = self._rows, []
+        if not rows:
+            return out
+        gpus = [row[0] for row in rows]
+        for k, names, family_epoch in ((1, _GAUGE_NAMES, None), (2, _COUNTER_NAMES, epoch)):
+            columns = zip(*[row[k] for row in rows], strict=True)  # every row: one value each
+            for (name, _), column in zip(names, columns, strict=True):
+                if None in column:
+                    keep = [i for i, v in enumerate(column) if v is not None]
+                    if not keep:
+                        continue
+                    labels = [gpus[i] for i in keep]
+                    values = [float(column[i]) for i in keep]
+                else:
+                    labels, values = gpus, list(map(float, column))
+                out.append(self._builders[name].columns(labels, values, family_epoch))
         return out
 
 

@@ -561,3 +561,80 @@ async def test_nvlink_columns_skip_what_a_link_does_not_report(tmp_path: Path) -
                 assert got == want, (cycle, family)
     finally:
         await collector.close()
+
+
+class _PatchyGauges(_Reshaped):
+    """The simulator with some GPUs not reporting some per-GPU values, cycle by cycle."""
+
+    def sample(self, index: int, *, fabric: bool) -> GpuSample:
+        s = super().sample(index, fabric=fabric)
+        c = self.cycle
+        if c % 3 == 1:
+            s = dataclasses.replace(s, memory_temperature_celsius=None, energy_joules=None)
+        if c % 4 == 2 and index == 0:
+            s = dataclasses.replace(s, power_watts=None, pcie_replays=None, ecc_corrected=None)
+        if c == 5:
+            s = dataclasses.replace(s, temperature_celsius=None)  # no GPU reports it
+        self.sent.append((index, s))
+        return s
+
+
+async def test_per_gpu_columns_hold_what_each_gpu_reports(tmp_path: Path) -> None:
+    """Every per-GPU family's column is, GPU by GPU, the values the samples report
+    (None: no series that cycle), counters with the collector's epoch, whichever
+    GPUs leave which values out."""
+    clock = Clock()
+    sim = _PatchyGauges(clock)
+    collector = GpuCollector(
+        GpuSettings(backend="simulated", jobs=False),
+        CollectorEnv(proc_root=tmp_path, monotonic=clock),
+        sim,
+    )
+    await collector.start()
+    fields = (
+        ("fabricwatch_gpu_power_watts", "power_watts", False),
+        ("fabricwatch_gpu_temperature_celsius", "temperature_celsius", False),
+        ("fabricwatch_gpu_memory_temperature_celsius", "memory_temperature_celsius", False),
+        ("fabricwatch_gpu_energy_joules", "energy_joules", True),
+        ("fabricwatch_gpu_pcie_replays", "pcie_replays", True),
+    )
+    try:
+        for cycle in range(8):
+            sim.cycle = cycle
+            sim.sent.clear()
+            clock.t += 1.0
+            batch = await collector.collect()
+            assert isinstance(batch, Batch)
+            by_gpu = dict(sim.sent)
+            cols = {c.name: c for c in batch.columns}
+            for family, field, counter in fields:
+                want = [
+                    ((str(i),), float(v))
+                    for i in sorted(by_gpu)
+                    if (v := getattr(by_gpu[i], field)) is not None
+                ]
+                c = cols.get(family)
+                got = [] if c is None else list(zip(c.labels, c.values, strict=True))
+                assert got == want, (cycle, family)
+                if c is not None:
+                    assert (c.epoch is not None) == counter
+            ecc = [
+                (labels, v)
+                for labels, v in zip(
+                    cols["fabricwatch_gpu_ecc_errors"].labels,
+                    cols["fabricwatch_gpu_ecc_errors"].values,
+                    strict=True,
+                )
+            ]
+            want_ecc = [
+                ((str(i), kind), v)
+                for i in sorted(by_gpu)
+                for kind, v in (
+                    ("corrected", by_gpu[i].ecc_corrected),
+                    ("uncorrected", by_gpu[i].ecc_uncorrected),
+                )
+                if v is not None
+            ]
+            assert ecc == want_ecc, cycle
+    finally:
+        await collector.close()
