@@ -525,42 +525,25 @@ async def test_nvlink_columns_skip_what_a_link_does_not_report(tmp_path: Path) -
     """The up/transmit/receive columns are, GPU by GPU and link by link in sample
     order, the values a link reports (None: no series that cycle), whatever mix of
     links reports them."""
-    clock = Clock()
-    sim = _PatchyLinks(clock)
-    collector = GpuCollector(
-        GpuSettings(backend="simulated", jobs=False),
-        CollectorEnv(proc_root=tmp_path, monotonic=clock),
-        sim,
-    )
-    await collector.start()
-    try:
-        for cycle in range(9):
-            sim.cycle = cycle
-            sim.sent.clear()
-            clock.t += 1.0
-            batch = await collector.collect()
-            assert isinstance(batch, Batch)
-            by_gpu = dict(sim.sent)
-            for family, field in (
-                ("fabricwatch_gpu_nvlink_up", "up"),
-                ("fabricwatch_gpu_nvlink_transmit_bytes", "tx_bytes"),
-                ("fabricwatch_gpu_nvlink_receive_bytes", "rx_bytes"),
-            ):
-                got = [
-                    (labels, value)
-                    for c in batch.columns
-                    if c.name == family
-                    for labels, value in zip(c.labels, c.values, strict=True)
-                ]
-                want = [
-                    ((str(i), str(ln.link)), float(v))
-                    for i in sorted(by_gpu)
-                    for ln in by_gpu[i].links
-                    if (v := getattr(ln, field)) is not None
-                ]
-                assert got == want, (cycle, family)
-    finally:
-        await collector.close()
+    async for cycle, batch, by_gpu in _reshaped_cycles(_PatchyLinks, tmp_path, 9):
+        for family, field in (
+            ("fabricwatch_gpu_nvlink_up", "up"),
+            ("fabricwatch_gpu_nvlink_transmit_bytes", "tx_bytes"),
+            ("fabricwatch_gpu_nvlink_receive_bytes", "rx_bytes"),
+        ):
+            got = [
+                (labels, value)
+                for c in batch.columns
+                if c.name == family
+                for labels, value in zip(c.labels, c.values, strict=True)
+            ]
+            want = [
+                ((str(i), str(ln.link)), float(v))
+                for i in sorted(by_gpu)
+                for ln in by_gpu[i].links
+                if (v := getattr(ln, field)) is not None
+            ]
+            assert got == want, (cycle, family)
 
 
 class _PatchyGauges(_Reshaped):
@@ -579,18 +562,34 @@ class _PatchyGauges(_Reshaped):
         return s
 
 
-async def test_per_gpu_columns_hold_what_each_gpu_reports(tmp_path: Path) -> None:
-    """Every per-GPU family's column is, GPU by GPU, the values the samples report
-    (None: no series that cycle), counters with the collector's epoch, whichever
-    GPUs leave which values out."""
+async def _reshaped_cycles(
+    make: Callable[[Clock], _Reshaped], tmp_path: Path, cycles: int
+) -> AsyncIterator[tuple[int, Batch, dict[int, GpuSample]]]:
+    """(cycle, batch, sample sent per GPU) of a collector over a reshaping simulator."""
     clock = Clock()
-    sim = _PatchyGauges(clock)
+    sim = make(clock)
     collector = GpuCollector(
         GpuSettings(backend="simulated", jobs=False),
         CollectorEnv(proc_root=tmp_path, monotonic=clock),
         sim,
     )
     await collector.start()
+    try:
+        for cycle in range(cycles):
+            sim.cycle = cycle
+            sim.sent.clear()
+            clock.t += 1.0
+            batch = await collector.collect()
+            assert isinstance(batch, Batch)
+            yield cycle, batch, dict(sim.sent)
+    finally:
+        await collector.close()
+
+
+async def test_per_gpu_columns_hold_what_each_gpu_reports(tmp_path: Path) -> None:
+    """Every per-GPU family's column is, GPU by GPU, the values the samples report
+    (None: no series that cycle), counters with the collector's epoch, whichever
+    GPUs leave which values out."""
     fields = (
         ("fabricwatch_gpu_power_watts", "power_watts", False),
         ("fabricwatch_gpu_temperature_celsius", "temperature_celsius", False),
@@ -598,43 +597,34 @@ async def test_per_gpu_columns_hold_what_each_gpu_reports(tmp_path: Path) -> Non
         ("fabricwatch_gpu_energy_joules", "energy_joules", True),
         ("fabricwatch_gpu_pcie_replays", "pcie_replays", True),
     )
-    try:
-        for cycle in range(8):
-            sim.cycle = cycle
-            sim.sent.clear()
-            clock.t += 1.0
-            batch = await collector.collect()
-            assert isinstance(batch, Batch)
-            by_gpu = dict(sim.sent)
-            cols = {c.name: c for c in batch.columns}
-            for family, field, counter in fields:
-                want = [
-                    ((str(i),), float(v))
-                    for i in sorted(by_gpu)
-                    if (v := getattr(by_gpu[i], field)) is not None
-                ]
-                c = cols.get(family)
-                got = [] if c is None else list(zip(c.labels, c.values, strict=True))
-                assert got == want, (cycle, family)
-                if c is not None:
-                    assert (c.epoch is not None) == counter
-            ecc = [
-                (labels, v)
-                for labels, v in zip(
-                    cols["fabricwatch_gpu_ecc_errors"].labels,
-                    cols["fabricwatch_gpu_ecc_errors"].values,
-                    strict=True,
-                )
-            ]
-            want_ecc = [
-                ((str(i), kind), v)
+    async for cycle, batch, by_gpu in _reshaped_cycles(_PatchyGauges, tmp_path, 8):
+        cols = {c.name: c for c in batch.columns}
+        for family, field, counter in fields:
+            want = [
+                ((str(i),), float(v))
                 for i in sorted(by_gpu)
-                for kind, v in (
-                    ("corrected", by_gpu[i].ecc_corrected),
-                    ("uncorrected", by_gpu[i].ecc_uncorrected),
-                )
-                if v is not None
+                if (v := getattr(by_gpu[i], field)) is not None
             ]
-            assert ecc == want_ecc, cycle
-    finally:
-        await collector.close()
+            c = cols.get(family)
+            got = [] if c is None else list(zip(c.labels, c.values, strict=True))
+            assert got == want, (cycle, family)
+            if c is not None:
+                assert (c.epoch is not None) == counter
+        ecc = [
+            (labels, v)
+            for labels, v in zip(
+                cols["fabricwatch_gpu_ecc_errors"].labels,
+                cols["fabricwatch_gpu_ecc_errors"].values,
+                strict=True,
+            )
+        ]
+        want_ecc = [
+            ((str(i), kind), v)
+            for i in sorted(by_gpu)
+            for kind, v in (
+                ("corrected", by_gpu[i].ecc_corrected),
+                ("uncorrected", by_gpu[i].ecc_uncorrected),
+            )
+            if v is not None
+        ]
+        assert ecc == want_ecc, cycle
