@@ -14,12 +14,13 @@ produce spikes or negative intervals.
 
 from __future__ import annotations
 
+import functools
 import math
 import operator
 from collections.abc import Collection, Hashable, Sequence
 from dataclasses import dataclass
-from itertools import compress
-from typing import NamedTuple
+from itertools import compress, repeat
+from typing import NamedTuple, cast
 
 
 class Rate(NamedTuple):
@@ -43,6 +44,8 @@ class Rate(NamedTuple):
 
 _new_rate = tuple.__new__
 """``Rate(...)`` without the Python-level ``__new__`` of NamedTuple (same object)."""
+_rate_of = functools.partial(tuple.__new__, Rate)
+"""``Rate`` from one (per_second, interval, held, gap) tuple, called in C by ``map``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -362,7 +365,7 @@ class FamilyCounters:
                     self._total = list(map(operator.add, self._total, deltas))
                     self._ts = [ts] * len(vals)
                     self._common = (ts, epoch)
-                    return self._steady_rates(deltas, ts, dt)
+                    return self._steady_rates(deltas, ts, dt, common[0])
         uniform = not skip and epochs is None and len(values) == len(self._value)
         self._common = (ts, epoch) if uniform else None
         steps, dts = self._advance(values, ts, epoch, skip, epochs)
@@ -417,26 +420,86 @@ class FamilyCounters:
             deltas.append(delta)
         return deltas, dts
 
-    def _steady_rates(self, deltas: list[float], ts: float, dt: float) -> list[Rate | None]:
-        """:meth:`_rates` of the steady poll (every series has a delta over ``dt``).
+    def _steady_rates(
+        self, deltas: list[float], ts: float, dt: float, prev: float
+    ) -> list[Rate | None]:
+        """:meth:`_rates` of the steady poll (every series has a delta over ``dt``,
+        since the previous poll at ``prev``).
 
         A series that did not move this poll and had not moved before reads the one
         zero rate of this interval and has no state to update (``_rates`` takes the
-        same branch for it); only the others go through ``_rates`` one by one.
+        same branch for it); the others go through :meth:`_regular`, or through
+        ``_rates`` one by one when that does not apply.
         """
         n = len(deltas)
         dts = [dt] * n
         busy = list(compress(range(n), map(operator.or_, map(bool, deltas), self._moved)))
         if len(busy) == n:
-            return self._rates(deltas, ts, dts)
+            rates = self._regular(deltas, ts, dt, prev, None)
+            return rates if rates is not None else self._rates(deltas, ts, dts)
         out: list[Rate | None] = [
             _new_rate(Rate, (0.0, dt, False, dt > self.settings.gap_after))
         ] * n
         if busy:
-            rates = self._rates([deltas[i] for i in busy], ts, dts, busy)
+            moving = [deltas[i] for i in busy]
+            rates = self._regular(moving, ts, dt, prev, busy)
+            if rates is None:
+                rates = self._rates(moving, ts, dts, busy)
             for i, rate in zip(busy, rates, strict=True):
                 out[i] = rate
         return out
+
+    def _regular(
+        self, deltas: list[float], ts: float, dt: float, prev: float, rows: list[int] | None
+    ) -> list[Rate | None] | None:
+        """The rates of series that each moved at the previous poll (at ``prev``) and
+        move again now, in C (``map``); None when one of them did not (then
+        :meth:`_rates` decides series by series).
+
+        For such a series :meth:`_rates` takes one branch: the interval since its
+        last change is ``dt`` (within any hold window), the rate is ``delta / dt``,
+        and its refresh period becomes ``min(refresh, dt)`` when ``dt`` is within
+        ``max_hold``; computed here the same way, the results are the same floats.
+        ``rows``: the series ``deltas`` are of (default: all, in order).
+        """
+        n = len(deltas)
+        if not n or min(deltas) <= 0 or (rows is not None and n < 2):
+            return None
+        moved: Sequence[bool]
+        change: Sequence[float]
+        refresh: Sequence[float | None]
+        if rows is None:
+            moved, change, refresh = self._moved, self._change_ts, self._refresh
+        else:
+            pick = operator.itemgetter(*rows)  # n >= 2: tuples
+            moved, change, refresh = pick(self._moved), pick(self._change_ts), pick(self._refresh)
+        if moved.count(True) != n or change.count(prev) != n or None in refresh:
+            return None
+        settings = self.settings
+        per_second = list(map(operator.truediv, deltas, repeat(dt, n)))
+        new_refresh: list[float | None] | None = None
+        if dt <= settings.max_hold:
+            known = cast("Sequence[float]", refresh)  # no None (checked above)
+            new_refresh = list(map(min, known, repeat(dt, n)))
+        if rows is None:
+            self._change_ts = [ts] * n
+            self._last_rate = per_second
+            if new_refresh is not None:
+                self._refresh = new_refresh
+        else:
+            changes, last_rates, refreshes = self._change_ts, self._last_rate, self._refresh
+            for k, i in enumerate(rows):
+                changes[i] = ts
+                last_rates[i] = per_second[k]
+                if new_refresh is not None:
+                    refreshes[i] = new_refresh[k]
+        gap = dt > settings.gap_after
+        return list(
+            map(
+                _rate_of,
+                zip(per_second, repeat(dt, n), repeat(False, n), repeat(gap, n), strict=True),
+            )
+        )
 
     def _rates(
         self,

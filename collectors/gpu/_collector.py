@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import operator
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -14,7 +15,7 @@ import structlog
 
 from fabricwatch.collector import CollectorEnv
 from fabricwatch.errors import SourceAbsentError
-from fabricwatch.readings import Batch, ColumnsBuilder, MetricSpec, Reading
+from fabricwatch.readings import Batch, Columns, ColumnsBuilder, MetricKind, MetricSpec, Reading
 from fabricwatch.signals import (
     GPU_HEALTHY,
     GPU_INFO,
@@ -114,8 +115,16 @@ _COUNTERS: tuple[tuple[MetricSpec, str], ...] = (
 )
 _GAUGE_NAMES = tuple((spec.name, attr) for spec, attr in _GAUGES)
 _COUNTER_NAMES = tuple((spec.name, attr) for spec, attr in _COUNTERS)
-_new_reading = tuple.__new__
-"""``Reading(...)`` without NamedTuple's Python-level ``__new__`` (same object, all six fields)."""
+_GAUGE_GET = operator.attrgetter(*(attr for _, attr in _GAUGES))
+_COUNTER_GET = operator.attrgetter(*(attr for _, attr in _COUNTERS))
+"""Every simple gauge (counter) of a sample as one tuple, in ``_GAUGES`` (``_COUNTERS``) order."""
+_PER_GPU = (
+    GPU_INFO, GPU_HEALTHY, STALE, GPU_PROCS, CLOCK_EVENT, ECC_ERRORS, REMAPPED_ROWS,
+    *(spec for spec, _ in _GAUGES), *(spec for spec, _ in _COUNTERS),
+)  # fmt: skip
+"""The families with a series per GPU (or per GPU and type): handed to the store as
+columns, one per family and cycle, GPU by GPU in index order."""
+_COUNTER_FAMILIES = frozenset(spec.name for spec in _PER_GPU if spec.kind is MetricKind.COUNTER)
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,7 +156,7 @@ class _Labels:
     per-reading allocation, and the store's dict lookups match them by identity)."""
 
     gpu: tuple[str]
-    clock_events: tuple[tuple[int, tuple[str, str]], ...]
+    clock_events: tuple[tuple[str, str], ...]  # in CLOCK_EVENT_REASONS order
     ecc: tuple[tuple[str, str], tuple[str, str]]
     remapped: tuple[tuple[str, str], tuple[str, str]]
     links: dict[int, tuple[tuple[str, str], dict[str, tuple[str, str, str]]]]
@@ -159,7 +168,7 @@ class _Labels:
     def of(cls, gl: str) -> _Labels:
         return cls(
             (gl,),
-            tuple((mask, (gl, reason)) for mask, reason in CLOCK_EVENT_REASONS),
+            tuple((gl, reason) for _, reason in CLOCK_EVENT_REASONS),
             ((gl, "corrected"), (gl, "uncorrected")),
             ((gl, "correctable"), (gl, "uncorrectable")),
             {},
@@ -207,6 +216,81 @@ class _LinkColumns:
     @classmethod
     def empty(cls) -> _LinkColumns:
         return cls([], [], [], [], [], [], [], [])
+
+
+_CLOCK_MASKS = tuple(mask for mask, _ in CLOCK_EVENT_REASONS)
+
+
+class _FamilyColumns:
+    """One cycle's per-GPU families as columns (see ``_PER_GPU``).
+
+    The simple gauges and counters of a good sample are read in one
+    ``attrgetter`` call each and kept as a row per GPU; :meth:`take` turns the
+    rows into one column per family (``zip``, in C), so no Python runs per value
+    unless a GPU does not report one. The other families are added series by
+    series.
+    """
+
+    __slots__ = ("_builders", "_labels", "_rows", "_values")
+
+    def __init__(self) -> None:
+        self._builders = {spec.name: ColumnsBuilder(spec.name) for spec in _PER_GPU}
+        self._labels: dict[str, list[tuple[str, ...]]] = {spec.name: [] for spec in _PER_GPU}
+        self._values: dict[str, list[float]] = {spec.name: [] for spec in _PER_GPU}
+        self._rows: list[tuple[tuple[str, ...], tuple[Any, ...], tuple[Any, ...]]] = []
+
+    def add(self, name: str, labels: tuple[str, ...], value: float) -> None:
+        """One series' sample."""
+        self._labels[name].append(labels)
+        self._values[name].append(value)
+
+    def add_sample(self, labels: _Labels, s: GpuSample) -> None:
+        """A good sample's per-GPU gauges and counters (a value None: no series this cycle)."""
+        self._rows.append((labels.gpu, _GAUGE_GET(s), _COUNTER_GET(s)))
+        ls, vs = self._labels, self._values
+        if s.clock_event_reasons is not None:
+            bits = s.clock_event_reasons
+            ls[CLOCK_EVENT.name].extend(labels.clock_events)
+            vs[CLOCK_EVENT.name].extend([1.0 if bits & mask else 0.0 for mask in _CLOCK_MASKS])
+        remapped = (s.remapped_correctable, s.remapped_uncorrectable)
+        pairs = (
+            (ECC_ERRORS.name, labels.ecc, (s.ecc_corrected, s.ecc_uncorrected)),
+            (REMAPPED_ROWS.name, labels.remapped, remapped),
+        )
+        for name, by_type, values in pairs:
+            for type_labels, value in zip(by_type, values, strict=True):
+                if value is not None:
+                    ls[name].append(type_labels)
+                    vs[name].append(value)
+
+    def take(self, epoch: int) -> list[Columns]:
+        """This cycle's columns (counters with ``epoch``); empty again for the next."""
+        out: list[Columns] = []
+        for name, values in self._values.items():
+            if not values:
+                continue
+            labels = self._labels[name]
+            family_epoch = epoch if name in _COUNTER_FAMILIES else None
+            out.append(self._builders[name].columns(labels, values, family_epoch))
+            labels.clear()
+            self._values[name] = []
+        rows, self._rows = self._rows, []
+        if not rows:
+            return out
+        gpus = [row[0] for row in rows]
+        for k, names, family_epoch in ((1, _GAUGE_NAMES, None), (2, _COUNTER_NAMES, epoch)):
+            columns = zip(*[row[k] for row in rows], strict=True)  # every row: one value each
+            for (name, _), column in zip(names, columns, strict=True):
+                if None in column:
+                    keep = [i for i, v in enumerate(column) if v is not None]
+                    if not keep:
+                        continue
+                    labels = [gpus[i] for i in keep]
+                    values = [float(column[i]) for i in keep]
+                else:
+                    labels, values = gpus, list(map(float, column))
+                out.append(self._builders[name].columns(labels, values, family_epoch))
+        return out
 
 
 def _kind_labels(
@@ -278,6 +362,7 @@ class GpuCollector:
         self._link_columns = tuple(
             ColumnsBuilder(spec.name) for spec in (NVLINK_UP, NVLINK_TX, NVLINK_RX, NVLINK_ERRORS)
         )
+        self._families = _FamilyColumns()
 
     @property
     def name(self) -> str:
@@ -537,16 +622,16 @@ class GpuCollector:
     def _readings(self) -> Batch:
         out: list[Reading] = []
         links = _LinkColumns.empty()
+        fams = self._families
         epoch = self._epoch
         all_pids: list[int] = []
-        new, add = _new_reading, out.append
         info_name, healthy_name, stale_name = GPU_INFO.name, GPU_HEALTHY.name, STALE.name
         for g in self._gpus:
             gl = g.label
             lab = g.labels.gpu
-            add(new(Reading, (info_name, g.info, 1.0, None, None, None)))
-            add(new(Reading, (healthy_name, lab, 1.0 if g.healthy else 0.0, None, None, None)))
-            add(new(Reading, (stale_name, lab, 1.0 if g.stale else 0.0, None, None, None)))
+            fams.add(info_name, g.info, 1.0)
+            fams.add(healthy_name, lab, 1.0 if g.healthy else 0.0)
+            fams.add(stale_name, lab, 1.0 if g.stale else 0.0)
             s = g.sample
             if g.fabric is not None:
                 out.append(
@@ -558,10 +643,11 @@ class GpuCollector:
                 if s is not None and s.pids:
                     all_pids.extend(s.pids)
                 continue
-            self._sample_readings(out, links, g, s, epoch)
+            fams.add_sample(g.labels, s)
+            self._link_samples(links, g, s)
             if s.pids is not None:
                 all_pids.extend(s.pids)
-                add(new(Reading, (GPU_PROCS.name, lab, float(len(s.pids)), None, None, None)))
+                fams.add(GPU_PROCS.name, lab, float(len(s.pids)))
             for job in g.jobs:
                 out.append(Reading(GPU_JOB.name, (gl, job), 1.0))
         if self._settings.jobs:
@@ -570,7 +656,8 @@ class GpuCollector:
         out.extend(self._critical.readings(CRITICAL_EVENTS.name, epoch))
         out.append(Reading(STUCK.name, (), float(self._facade.stuck)))
         up, tx, rx, err = self._link_columns
-        columns = [
+        columns = fams.take(epoch)
+        columns += [
             up.columns(links.up_labels, links.up),
             tx.columns(links.tx_labels, links.tx, epoch),
             rx.columns(links.rx_labels, links.rx, epoch),
@@ -579,40 +666,10 @@ class GpuCollector:
         return Batch(out, [c for c in columns if c.values])
 
     @staticmethod
-    def _sample_readings(
-        out: list[Reading], links: _LinkColumns, g: _Gpu, s: GpuSample, epoch: int
-    ) -> None:
-        # About 40 readings per GPU: plain tuples, without NamedTuple's
-        # Python-level __new__, with the GPU's cached label tuples; the per-link
-        # samples (18 links x 4+ per GPU) go into the columns.
-        new, add = _new_reading, out.append
+    def _link_samples(links: _LinkColumns, g: _Gpu, s: GpuSample) -> None:
+        # The per-link samples (18 links x 4+ per GPU) go into the link columns,
+        # with the GPU's cached label tuples.
         labels = g.labels
-        lab = labels.gpu
-        for name, attr in _GAUGE_NAMES:
-            v: Any = getattr(s, attr)
-            if v is not None:
-                add(new(Reading, (name, lab, float(v), None, None, None)))
-        for name, attr in _COUNTER_NAMES:
-            v = getattr(s, attr)
-            if v is not None:
-                add(new(Reading, (name, lab, float(v), None, epoch, None)))
-        if s.clock_event_reasons is not None:
-            bits = s.clock_event_reasons
-            clock_name = CLOCK_EVENT.name
-            for mask, ll in labels.clock_events:
-                add(new(Reading, (clock_name, ll, 1.0 if bits & mask else 0.0, None, None, None)))
-        corrected, uncorrected = labels.ecc
-        if s.ecc_corrected is not None:
-            add(new(Reading, (ECC_ERRORS.name, corrected, s.ecc_corrected, None, epoch, None)))
-        if s.ecc_uncorrected is not None:
-            add(new(Reading, (ECC_ERRORS.name, uncorrected, s.ecc_uncorrected, None, epoch, None)))
-        correctable, uncorrectable = labels.remapped
-        if s.remapped_correctable is not None:
-            v = s.remapped_correctable
-            add(new(Reading, (REMAPPED_ROWS.name, correctable, v, None, None, None)))
-        if s.remapped_uncorrectable is not None:
-            v = s.remapped_uncorrectable
-            add(new(Reading, (REMAPPED_ROWS.name, uncorrectable, v, None, None, None)))
         gl = g.label
         link_labels = labels.links
         up_l, up_v = links.up_labels.append, links.up.append

@@ -138,7 +138,9 @@ _GPM_METRICS: dict[int, str] = {
     pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL: "tensor_active",
     pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL: "dram_active",
 }
-_EVENT_WAIT_MS = 400
+# Each timed-out wait wakes the event thread (and takes the GIL) for nothing: one
+# wake a second, well inside the 2 s the collector's teardown waits for the thread.
+_EVENT_WAIT_MS = 1000
 _GPM_MIN_INTERVAL = 0.1  # NVML wants > 100 ms between the two samples
 
 _EVENT_MASKS: tuple[tuple[int, EventKind], ...] = (

@@ -217,10 +217,19 @@ class _Stat:
 
 @dataclass(frozen=True, slots=True)
 class _StatPlan:
-    """The statistics :meth:`Classifier.select_named` picks from one member's names."""
+    """The statistics :meth:`Classifier.select_named` picks from one member's names.
+
+    For a port of one member (no bond) its samples go to the columns as read:
+    ``groups`` are the emitted statistics by family, in plan order within each
+    family (family, labels, names, divisor), ``saturable`` the names whose value
+    may mean "pinned", ``ratios`` the statistics that give a pause ratio.
+    """
 
     names: tuple[str, ...]
     stats: tuple[_Stat, ...]
+    groups: tuple[tuple[str, tuple[tuple[str, ...], ...], tuple[str, ...], float], ...] = ()
+    saturable: tuple[str, ...] = ()
+    ratios: tuple[_Stat, ...] = ()
 
 
 @dataclass(slots=True)
@@ -542,7 +551,20 @@ class NicCollector:
                     _emission(lab, kt),
                 )
             )
-        return _StatPlan(names, tuple(chosen))
+        by_family: dict[tuple[str, float], tuple[list[tuple[str, ...]], list[str]]] = {}
+        for st in chosen:
+            if st.emit is not None:
+                family, labels, divisor = st.emit
+                ls, ns = by_family.setdefault((family, divisor), ([], []))
+                ls.append(labels)
+                ns.append(st.name)
+        return _StatPlan(
+            names,
+            tuple(chosen),
+            tuple((f, tuple(ls), tuple(ns), d) for (f, d), (ls, ns) in by_family.items()),
+            tuple(st.name for st in chosen if st.can_saturate),
+            tuple(st for st in chosen if st.ratio),
+        )
 
     def _sum_readings(self, port: _Port, sums: dict[tuple[str, str, str], int]) -> None:
         """The bond-summed driver statistics as counter samples."""
@@ -563,6 +585,19 @@ class NicCollector:
             a.labels.append(labels)
             a.values.append(v)
             a.epochs.append(ep)
+
+    def _emit_groups(self, plan: _StatPlan, stats: dict[str, int], ep: int) -> None:
+        """One member's statistics into their families' columns (none pinned), as the
+        per-statistic loop of :meth:`_ethtool_readings` would add them."""
+        accs, acc = self._accs, self._acc
+        for family, labels, names, divisor in plan.groups:
+            a = accs.get(family) or acc(family)
+            a.labels.extend(labels)
+            if divisor:
+                a.values.extend([float(stats[n]) / divisor for n in names])
+            else:
+                a.values.extend([float(stats[n]) for n in names])
+            a.epochs.extend([ep] * len(names))
 
     def _ethtool_readings(self, port: _Port, s: PortSample, ts: float, out: list[Reading]) -> None:
         assert self._ethtool is not None
@@ -593,37 +628,32 @@ class NicCollector:
             link_bps = port.member_bps.get(member) or s.rate_bps or 0.0
             if len(members) > 1 and member not in port.member_bps and s.rate_bps:
                 link_bps = s.rate_bps / len(members)
-            for st in plan.stats:
+            # The common case, one member and nothing pinned: every statistic goes to
+            # its family's columns a family at a time; only the ratio ones need a loop.
+            grouped = single and SATURATED_VALUES.isdisjoint([stats[n] for n in plan.saturable])
+            if grouped:
+                self._emit_groups(plan, stats, ep)
+            for st in plan.ratios if grouped else plan.stats:
                 value = stats[st.name]
-                if st.can_saturate and value in SATURATED_VALUES:
-                    pinned.add(st.name)
-                    skip.add(st.kt)
-                    continue
-                if not single:
-                    kt = st.kt
-                    sums[kt] = sums.get(kt, 0) + value
-                elif (how := st.emit) is not None:
-                    family, labels, divisor = how
-                    a = accs.get(family) or acc(family)
-                    a.labels.append(labels)
-                    a.values.append(float(value) / divisor if divisor else float(value))
-                    a.epochs.append(ep)
-                if not st.ratio:
-                    continue
+                if not grouped:
+                    if st.can_saturate and value in SATURATED_VALUES:
+                        pinned.add(st.name)
+                        skip.add(st.kt)
+                        continue
+                    if not single:
+                        kt = st.kt
+                        sums[kt] = sums.get(kt, 0) + value
+                    elif (how := st.emit) is not None:
+                        family, labels, divisor = how
+                        a = accs.get(family) or acc(family)
+                        a.labels.append(labels)
+                        a.values.append(float(value) / divisor if divisor else float(value))
+                        a.epochs.append(ep)
+                    if not st.ratio:
+                        continue
                 rate = signal_rate(st.rate_key, value, ts, epoch=ep)
-                if rate is None:
-                    continue
-                slot = st.slot
-                if st.ratio == 1:
-                    ratio = pause_ratio_from_duration(rate)
-                    if slot not in has_duration:
-                        has_duration.add(slot)
-                        ratios.pop(slot, None)
-                elif slot in has_duration or not link_bps:
-                    continue
-                else:
-                    ratio = pause_ratio_from_frames(rate, link_bps)
-                ratios[slot] = max(ratios.get(slot, 0.0), ratio)
+                if rate is not None:
+                    _add_ratio(st, rate, link_bps, ratios, has_duration)
         new, reading = _new_reading, Reading
         push = out.append
         push(new(reading, (ETHTOOL_UP.name, lab, 1.0 if ok else 0.0, None, None, None)))
@@ -640,6 +670,28 @@ class NicCollector:
             else:
                 family, labels = PAUSE_RATIO.name, (*lab, prio, direction)
             push(new(reading, (family, labels, ratio, None, None, None)))
+
+
+def _add_ratio(
+    st: _Stat,
+    rate: float,
+    link_bps: float,
+    ratios: dict[tuple[str, str, bool], float],
+    has_duration: set[tuple[str, str, bool]],
+) -> None:
+    """Fold one pause statistic's rate into its slot's ratio: the largest from a pause
+    duration where the slot has one, else the largest estimate from pause frames."""
+    slot = st.slot
+    if st.ratio == 1:
+        ratio = pause_ratio_from_duration(rate)
+        if slot not in has_duration:
+            has_duration.add(slot)
+            ratios.pop(slot, None)
+    elif slot in has_duration or not link_bps:
+        return
+    else:
+        ratio = pause_ratio_from_frames(rate, link_bps)
+    ratios[slot] = max(ratios.get(slot, 0.0), ratio)
 
 
 _Entry = tuple[str, str, tuple[str, ...], int]

@@ -209,7 +209,7 @@ class PortReader:
             ``hw_counters/`` alike); None reads every file.
     """
 
-    __slots__ = ("_attrs", "_budget", "_dirs", "_link_layer", "_wanted", "ref")
+    __slots__ = ("_attrs", "_budget", "_dirs", "_link_layer", "_parsed", "_wanted", "ref")
 
     def __init__(
         self, ref: PortRef, budget: FdBudget, wanted: Collection[str] | None = None
@@ -218,6 +218,9 @@ class PortReader:
         self._budget = budget
         self._wanted = None if wanted is None else frozenset(wanted)
         self._link_layer = read_text(ref.path / "link_layer") or ""
+        # Attribute name -> (its last raw bytes, what they parsed to): state and
+        # rate change rarely, so most reads skip decoding and parsing.
+        self._parsed: dict[str, tuple[bytes, object]] = {}
         self._attrs = _Dir(ref.path, None)
         self._attrs.files = self._open_files(ref.path, PORT_ATTRIBUTES)
         self._dirs: dict[str, _Dir] = {}
@@ -329,18 +332,24 @@ class PortReader:
 
     def _parse_attr(
         self,
-        attrs: dict[str, str],
+        attrs: dict[str, bytes],
         name: str,
         parse: Callable[[str, str], T],
         errors: list[str],
     ) -> T | None:
-        if name not in attrs:
+        raw = attrs.get(name)
+        if raw is None:
             return None
+        known = self._parsed.get(name)
+        if known is not None and known[0] == raw:
+            return known[1]  # type: ignore[return-value] # stored by this method for this parse
         try:
-            return parse(attrs[name], f"{self.ref.path}/{name}")
+            value = parse(raw.decode("utf-8", "replace").strip(), f"{self.ref.path}/{name}")
         except ParseError as exc:
-            errors.append(str(exc))
+            errors.append(str(exc))  # not kept: a bad value is reported at every read
             return None
+        self._parsed[name] = (raw, value)
+        return value
 
     def read(self) -> PortSample:
         """Read the port now.
@@ -356,10 +365,10 @@ class PortReader:
                 raise PortGoneError(str(self.ref.path)) from None
         self._refresh_dirs()
         errors: list[str] = []
-        attrs: dict[str, str] = {}
+        attrs: dict[str, bytes] = {}
         for f in self._attrs.files:
             try:
-                attrs[f.name] = self._read(f).decode("utf-8", "replace").strip()
+                attrs[f.name] = self._read(f)
             except OSError as exc:
                 if exc.errno == errno.ENODEV:
                     raise PortGoneError(f.path) from None

@@ -298,3 +298,50 @@ def test_family_counters_with_per_series_epochs_equal_counter_state(
         ]
         assert got == want
         assert fam.totals == [s.total for s in singles]
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    idle=st.integers(0, 4),
+    moving=st.integers(1, 6),
+    polls=st.lists(
+        st.tuples(
+            st.sampled_from([1.0, 0.999, 1.001, 1.0004, 0.5, 3.0, 12.0]),  # jittered spacing
+            st.integers(-1, 5),  # a moving series that stays still this poll (-1: none)
+        ),
+        min_size=2,
+        max_size=60,
+    ),
+    gap_after=st.sampled_from([2.0, 10.0]),
+    max_hold=st.sampled_from([0.8, 5.0]),
+)
+def test_family_counters_steady_moving_series_equal_counter_state(
+    idle: int,
+    moving: int,
+    polls: list[tuple[float, int]],
+    gap_after: float,
+    max_hold: float,
+) -> None:
+    """Series that move at every poll (byte counters) next to ones that never move
+    (error counters): the steady poll's rates, where every moving series moved last
+    time too, equal each series' CounterState, also when one of them pauses, at
+    jittered spacing, over gaps and beyond the hold window."""
+    settings_ = TrackerSettings(gap_after=gap_after, max_hold=max_hold)
+    width = idle + moving
+    values = [float(1000 * i) for i in range(width)]
+    ts = 50.0
+    fam = FamilyCounters(settings_)
+    singles = []
+    for v in values:
+        fam.add(v, ts, 7)
+        singles.append(CounterState(v, ts, 7))
+    for dt, still in polls:
+        ts += dt
+        for k in range(moving):
+            if k != still:
+                values[idle + k] += 4096.0 * (k + 1) + dt
+        got = fam.update(values, ts, 7)
+        want = [s.update(v, ts, settings_, 64, 7) for s, v in zip(singles, values, strict=True)]
+        assert got == want
+        assert fam.totals == [s.total for s in singles]
+        assert [fam.state(i).refresh for i in range(width)] == [s.refresh for s in singles]

@@ -525,8 +525,49 @@ async def test_nvlink_columns_skip_what_a_link_does_not_report(tmp_path: Path) -
     """The up/transmit/receive columns are, GPU by GPU and link by link in sample
     order, the values a link reports (None: no series that cycle), whatever mix of
     links reports them."""
+    async for cycle, batch, by_gpu in _reshaped_cycles(_PatchyLinks, tmp_path, 9):
+        for family, field in (
+            ("fabricwatch_gpu_nvlink_up", "up"),
+            ("fabricwatch_gpu_nvlink_transmit_bytes", "tx_bytes"),
+            ("fabricwatch_gpu_nvlink_receive_bytes", "rx_bytes"),
+        ):
+            got = [
+                (labels, value)
+                for c in batch.columns
+                if c.name == family
+                for labels, value in zip(c.labels, c.values, strict=True)
+            ]
+            want = [
+                ((str(i), str(ln.link)), float(v))
+                for i in sorted(by_gpu)
+                for ln in by_gpu[i].links
+                if (v := getattr(ln, field)) is not None
+            ]
+            assert got == want, (cycle, family)
+
+
+class _PatchyGauges(_Reshaped):
+    """The simulator with some GPUs not reporting some per-GPU values, cycle by cycle."""
+
+    def sample(self, index: int, *, fabric: bool) -> GpuSample:
+        s = super().sample(index, fabric=fabric)
+        c = self.cycle
+        if c % 3 == 1:
+            s = dataclasses.replace(s, memory_temperature_celsius=None, energy_joules=None)
+        if c % 4 == 2 and index == 0:
+            s = dataclasses.replace(s, power_watts=None, pcie_replays=None, ecc_corrected=None)
+        if c == 5:
+            s = dataclasses.replace(s, temperature_celsius=None)  # no GPU reports it
+        self.sent.append((index, s))
+        return s
+
+
+async def _reshaped_cycles(
+    make: Callable[[Clock], _Reshaped], tmp_path: Path, cycles: int
+) -> AsyncIterator[tuple[int, Batch, dict[int, GpuSample]]]:
+    """(cycle, batch, sample sent per GPU) of a collector over a reshaping simulator."""
     clock = Clock()
-    sim = _PatchyLinks(clock)
+    sim = make(clock)
     collector = GpuCollector(
         GpuSettings(backend="simulated", jobs=False),
         CollectorEnv(proc_root=tmp_path, monotonic=clock),
@@ -534,30 +575,56 @@ async def test_nvlink_columns_skip_what_a_link_does_not_report(tmp_path: Path) -
     )
     await collector.start()
     try:
-        for cycle in range(9):
+        for cycle in range(cycles):
             sim.cycle = cycle
             sim.sent.clear()
             clock.t += 1.0
             batch = await collector.collect()
             assert isinstance(batch, Batch)
-            by_gpu = dict(sim.sent)
-            for family, field in (
-                ("fabricwatch_gpu_nvlink_up", "up"),
-                ("fabricwatch_gpu_nvlink_transmit_bytes", "tx_bytes"),
-                ("fabricwatch_gpu_nvlink_receive_bytes", "rx_bytes"),
-            ):
-                got = [
-                    (labels, value)
-                    for c in batch.columns
-                    if c.name == family
-                    for labels, value in zip(c.labels, c.values, strict=True)
-                ]
-                want = [
-                    ((str(i), str(ln.link)), float(v))
-                    for i in sorted(by_gpu)
-                    for ln in by_gpu[i].links
-                    if (v := getattr(ln, field)) is not None
-                ]
-                assert got == want, (cycle, family)
+            yield cycle, batch, dict(sim.sent)
     finally:
         await collector.close()
+
+
+async def test_per_gpu_columns_hold_what_each_gpu_reports(tmp_path: Path) -> None:
+    """Every per-GPU family's column is, GPU by GPU, the values the samples report
+    (None: no series that cycle), counters with the collector's epoch, whichever
+    GPUs leave which values out."""
+    fields = (
+        ("fabricwatch_gpu_power_watts", "power_watts", False),
+        ("fabricwatch_gpu_temperature_celsius", "temperature_celsius", False),
+        ("fabricwatch_gpu_memory_temperature_celsius", "memory_temperature_celsius", False),
+        ("fabricwatch_gpu_energy_joules", "energy_joules", True),
+        ("fabricwatch_gpu_pcie_replays", "pcie_replays", True),
+    )
+    async for cycle, batch, by_gpu in _reshaped_cycles(_PatchyGauges, tmp_path, 8):
+        cols = {c.name: c for c in batch.columns}
+        for family, field, counter in fields:
+            want = [
+                ((str(i),), float(v))
+                for i in sorted(by_gpu)
+                if (v := getattr(by_gpu[i], field)) is not None
+            ]
+            c = cols.get(family)
+            got = [] if c is None else list(zip(c.labels, c.values, strict=True))
+            assert got == want, (cycle, family)
+            if c is not None:
+                assert (c.epoch is not None) == counter
+        ecc = [
+            (labels, v)
+            for labels, v in zip(
+                cols["fabricwatch_gpu_ecc_errors"].labels,
+                cols["fabricwatch_gpu_ecc_errors"].values,
+                strict=True,
+            )
+        ]
+        want_ecc = [
+            ((str(i), kind), v)
+            for i in sorted(by_gpu)
+            for kind, v in (
+                ("corrected", by_gpu[i].ecc_corrected),
+                ("uncorrected", by_gpu[i].ecc_uncorrected),
+            )
+            if v is not None
+        ]
+        assert ecc == want_ecc, cycle

@@ -172,6 +172,35 @@ def test_na_and_garbage_values_are_skipped_not_fatal(tmp_path: Path) -> None:
     assert not s.has_hw_counters
 
 
+def test_attributes_follow_every_change_and_garbage_is_reported_at_every_read(
+    tmp_path: Path,
+) -> None:
+    """A port's state and rate are parsed again whenever their text changes (the
+    reader keeps the last parse of unchanged text), and an unparsable value is an
+    error at every read, also after a good one and when the text stays the same."""
+    port = tmp_path / "class" / "infiniband" / "mlx5_0" / "ports" / "1"
+    (port / "counters").mkdir(parents=True)
+    (port / "counters" / "link_downed").write_text("0\n")
+    (port / "state").write_text("4: ACTIVE\n")
+    (port / "rate").write_text("400 Gb/sec (4X NDR)\n")
+    [ref] = discover_ports(tmp_path)
+    steps = [
+        ("4: ACTIVE", "400 Gb/sec (4X NDR)", (4, "ACTIVE"), 4e11, 0),
+        ("4: ACTIVE", "400 Gb/sec (4X NDR)", (4, "ACTIVE"), 4e11, 0),
+        ("1: DOWN", "200 Gb/sec (2X NDR)", (1, "DOWN"), 2e11, 0),
+        ("1: DOWN", "nonsense", (1, "DOWN"), None, 1),
+        ("1: DOWN", "nonsense", (1, "DOWN"), None, 1),
+        ("garbage", "200 Gb/sec (2X NDR)", None, 2e11, 1),
+        ("4: ACTIVE", "200 Gb/sec (2X NDR)", (4, "ACTIVE"), 2e11, 0),
+    ]
+    with closing(PortReader(ref, FdBudget(100))) as reader:
+        for state, rate, want_state, want_rate, errors in steps:
+            (port / "state").write_text(state + "\n")
+            (port / "rate").write_text(rate + "\n")
+            s = reader.read()
+            assert (s.state, s.rate_bps, len(s.errors)) == (want_state, want_rate, errors)
+
+
 @pytest.mark.parametrize("budget", [0, 5, 1000])
 def test_descriptor_budget_does_not_change_values(tmp_path: Path, budget: int) -> None:
     port = tmp_path / "class" / "infiniband" / "mlx5_0" / "ports" / "1"
