@@ -686,8 +686,7 @@ class Engine:
                 self._open_if_preceded(ep, bad, now=now, out=out)
             return ep
         attr, missing = self._score(ep, now)
-        strong = attr.cause.halts and attr.score >= s.strong_evidence
-        if latest - ep.run_onset >= s.min_duration or strong:
+        if latest - ep.run_onset >= s.min_duration or self._strong(ep, attr, now):
             self._open(ep, attr, missing, bad, now=now, out=out)
         return ep
 
@@ -901,26 +900,52 @@ class Engine:
     def _open_if_preceded(
         self, ep: _Episode, bad: list[GpuState], *, now: float, out: list[IncidentTransition]
     ) -> None:
-        """Open on the stall's first poll when strong evidence came first.
+        """Open on the stall's first poll when the evidence came first.
 
         A fault usually shows before its victims stall: a pause storm blocks
         traffic, an NVLink drops, and the collectives hang on the next poll.
-        Strong evidence of one cause before the stall onset (credited as one
-        poll, however long it lasted) plus the stalled poll is the same
+        Evidence of one cause before the stall onset (credited as one poll,
+        however long it lasted), strong by the stalled poll (see
+        :meth:`_strong`), plus the stalled poll is the same
         two-poll confirmation the fast path asks of a stall seen on two
         polls (``min_duration_with_evidence`` of one tick); evidence that appears only with
         the idle poll (a checkpoint burst, a link that went down with it)
         still needs the second idle poll.
         """
         s = self._eff
-        # Before the onset one sample suffices: the verdict at ``now`` must
-        # hold on two (that sample and the stalled one at least).
+        # Before the onset one sample suffices, and it need only show the
+        # cause: a fault that began inside the sample the GPUs stalled in
+        # reads partly there, as their work does. The verdict at ``now``
+        # must hold on two samples (that one and the stalled one at least).
         pre, _ = self._score(ep, ep.onset - 1e-3, min_samples=1)
-        if not pre.cause.halts or pre.score < s.strong_evidence:
+        if not pre.cause.halts or pre.score < s.min_evidence:
             return
         attr, missing = self._score(ep, now)
-        if attr.cause == pre.cause and attr.score >= s.strong_evidence:
+        if attr.cause == pre.cause and self._strong(ep, attr, now):
             self._open(ep, attr, missing, bad, now=now, out=out)
+
+    def _strong(self, ep: _Episode, attr: Attribution, now: float) -> bool:
+        """Whether ``attr`` (scored on two samples) may open a stall before
+        ``min_duration``: a cause that halts a job, strong on two samples, or
+        shown on two (``min_evidence``) and strong on one of them. A sample
+        is an average over its interval: a fault that began inside the
+        first one reads there only for the part after it began (a storm
+        from the middle of a sample pauses half of it), so holding it to
+        the strong level on both samples waits a sample for what the
+        second shows whole. One poll is still no evidence: what showed on
+        one sample only does not count (a second sample must show the
+        same cause), nor does a cause that does not halt."""
+        s = self._eff
+        if not attr.cause.halts or attr.score < s.min_evidence:
+            return False
+        if attr.score >= s.strong_evidence:
+            return True
+        peak, _ = self._score(ep, now, min_samples=1)
+        return (
+            peak.cause == attr.cause
+            and peak.culprit.key == attr.culprit.key
+            and peak.score >= s.strong_evidence
+        )
 
     def _stall_onset(self, bad: list[GpuState]) -> float:
         """When the node stall began: its first idle GPU's onset, unless that
