@@ -21,6 +21,8 @@ from fabricwatch.engine.incidents import IncidentTransition
 from fabricwatch.engine.replay import run_replay
 from fabricwatch.engine.replay_mapping import Sample
 
+from .conftest import replay_plan
+
 T0 = 1_700_000_000.0
 
 
@@ -110,3 +112,106 @@ def test_a_dip_with_a_storm_that_showed_only_before_it_opens_nothing() -> None:
     # is no evidence that lasted: nothing opens.
     samples = _node(1.0, idle=(1000.5, 1002.0), storm=(998.0, 1001.0))
     assert _opened(samples) == []
+
+
+def _hang(
+    *, xid_at: float | None = None, late_from: int | None = None, idle_from: float = 1001.0
+) -> list[Sample]:
+    """8 GPUs of one job sampled every second (interval means), hung from
+    ``idle_from`` for 2 min; GPU 3's last-XID series reads 79 from the
+    sample at ``xid_at``; from sample ``late_from`` on the scrapes come 30 ms
+    early (scrape jitter)."""
+    out: list[Sample] = []
+    for k in range(1, 1801):
+        t = float(k)
+        ts = T0 + t + (0.07 if late_from is not None and k >= late_from else 0.1)
+        busy = 1.0 - _share(t - 1.0, t, idle_from, idle_from + 120.0)
+        for g in range(8):
+            sm = 0.002 + 0.8 * busy + 0.01 * math.sin(7 * t + g)
+            out.append((ts, sig.GPU_SM, (str(g),), sm))
+            out.append((ts, sig.GPU_MEM, (str(g),), 60e9))
+            out.append((ts, sig.GPU_POWER, (str(g),), 80 + 600 * sm))
+        if xid_at is not None and t >= xid_at - 1.0:
+            out.append((ts + 0.1, sig.GPU_XID, ("3", "79"), 1.0 if t == xid_at else 0.0))
+    out.sort(key=lambda s: s[0])
+    return out
+
+
+def test_an_xid_in_the_interval_the_gpus_stopped_in_opens_on_the_first_idle_poll() -> None:
+    # The GPUs stop at 1001.0 (the sample at 1001 is all work, the one at
+    # 1002 the first idle one) and the XID shows in the same sample: a
+    # discrete event is evidence without a second sample (mechanism 5).
+    opened = _opened(_hang(xid_at=1002.0))
+    assert [(tr.incident.cause, tr.incident.culprit.key) for tr in opened] == [
+        ("gpu_fault", "gpu:3")
+    ]
+    assert opened[0].at - (T0 + 1002.1) < 1.0, opened[0].at - T0
+
+
+def test_a_hang_without_evidence_still_waits_for_min_duration() -> None:
+    opened = _opened(_hang())
+    assert [tr.incident.cause for tr in opened] == ["unknown"]
+    assert opened[0].at - (T0 + 1002.1) >= 10.0 - 0.2, opened[0].at - T0
+
+
+def test_scrape_jitter_does_not_cost_a_poll() -> None:
+    # The hang's first idle sample is at 1002.1; from 1012 on the scrapes
+    # come 30 ms early, so the eleventh idle sample is 9.97 s after the
+    # first: it has lasted min_duration (10 s) all the same.
+    opened = _opened(_hang(late_from=1012))
+    assert [tr.incident.cause for tr in opened] == ["unknown"]
+    assert opened[0].at < T0 + 1013.0, opened[0].at - T0
+
+
+def _two_jobs(*, lost_at: float) -> list[Sample]:
+    """A node shared by two jobs without process data: GPUs 0-3 iterate
+    every 4 s, GPUs 4-7 every 6 s (their own rhythms, uncorrelated). GPU 4
+    logs XID 79 in the sample at ``lost_at`` and reports nothing after it
+    (fallen off the bus); its job-mates 5-7 hang from that second on."""
+    out: list[Sample] = []
+    for k in range(1, 1801):
+        t = float(k)
+        ts = T0 + t + 0.1
+        for g in range(8):
+            if g == 4 and t > lost_at:
+                continue
+            period = 4 if g < 4 else 6
+            sm = 0.8 if (t % period) < period / 2 else 0.3
+            if g >= 4 and t > lost_at:
+                sm = 0.002
+            sm += 0.01 * math.sin(7 * t + g)
+            out.append((ts, sig.GPU_SM, (str(g),), sm))
+            out.append((ts, sig.GPU_MEM, (str(g),), 60e9))
+            out.append((ts, sig.GPU_POWER, (str(g),), 80 + 600 * sm))
+        if t >= lost_at - 1.0 and t <= lost_at:
+            out.append((ts + 0.1, sig.GPU_XID, ("4", "79"), 1.0 if t == lost_at else 0.0))
+    out.sort(key=lambda s: s[0])
+    return out
+
+
+def test_a_job_of_four_stalls_when_three_hang_and_the_fourth_fell_off_the_bus() -> None:
+    # Three of the job's four GPUs idle (the fourth silent) are a stall of
+    # that job, though only three of the node's eight: counted per job. The
+    # silent GPU's XID explains it from the first idle poll.
+    opened = _opened(_two_jobs(lost_at=1000.0))
+    assert [(tr.incident.kind, tr.incident.cause, tr.incident.culprit.key) for tr in opened] == [
+        ("stall", "gpu_fault", "gpu:4")
+    ], [tr.incident.summary for tr in opened]
+    assert set(opened[0].incident.gpus) <= {"4", "5", "6", "7"}
+    assert opened[0].at - (T0 + 1001.1) < 1.0, opened[0].at - T0
+
+
+def test_the_tail_of_a_slowdown_is_no_second_slowdown() -> None:
+    # Sweep plan 90014 (concurrent, 1 s): an ECN slowdown with a link lost
+    # inside it. As the job recovered, its throughput window still held the
+    # slowdown, the check found the GPUs slow once more, dated half a
+    # window back into the ended slowdown, and a second incident opened on
+    # the link (the secondary cause) at once. It is one incident.
+    plan, incidents = replay_plan(90014, "concurrent", 1.0)
+    truth = next(t for t in plan.truth if t.cause == "ecn_congestion")
+    near = [
+        i for i in incidents if i.onset <= truth.end + 2 and (i.ended_at or 1e18) >= truth.onset
+    ]
+    assert [(i.kind, i.cause) for i in near] == [("slowdown", "ecn_congestion")], [
+        i.summary for i in near
+    ]
