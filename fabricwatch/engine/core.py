@@ -194,6 +194,7 @@ class Engine:
         self._comm_gpus: list[GpuState] = []
         self._comm_since = 0.0
         self._stall_end = -math.inf
+        self._slow_end = -math.inf  # last bad tick of the last slowdown incident's episode
         # The job's iteration period as last measured (0 where none shows),
         # re-measured once a minute on the absolute clock.
         self._rhythm_s = 0.0
@@ -209,7 +210,6 @@ class Engine:
 
     def tick(self, now_monotonic: float, now_wall: float) -> list[IncidentTransition]:
         """Advance the engine to ``now``; return (persisted) incident transitions."""
-        s = self.settings
         now = now_monotonic
         self._offset = now_wall - now_monotonic
         tick = self.tick_s
@@ -226,12 +226,9 @@ class Engine:
         if slot != self._retune_slot:
             self._retune_slot = slot
             self._retune()
-        s = self._eff
         self.detector.observe(self.store, now, dt)
-        stalled = self.detector.stalled()
         job = self.detector.job_gpus()
-        if len(stalled) < max(1, math.ceil(s.stall_gpus_ratio * len(job))):
-            stalled = []
+        stalled = self._stalled_jobs(self.detector.stalled(), job, now)
         was_stalled = self._stall is not None
         self._stall = self._step_stall(self._stall, stalled, now=now, dt=dt, out=out)
         if was_stalled and self._stall is None:
@@ -384,6 +381,28 @@ class Engine:
                 {peers[g] for g in names}, key=lambda grp: min(_gpu_order(g) for g in grp)
             )
         return [[g for g in job if g.gpu in grp] for grp in self._groups]
+
+    def _stalled_jobs(
+        self, stalled: list[GpuState], job: list[GpuState], now: float
+    ) -> list[GpuState]:
+        """The stalled GPUs of a node stall: ``stall_gpus_ratio`` of the
+        node's job GPUs, or of one job's where the node runs several (each
+        job's GPUs counted against its own: a job of four GPUs that stalls,
+        one of them fallen silent, is three of its four, not three of the
+        node's eight). Else none."""
+        s = self._eff
+        if not stalled or len(stalled) >= max(1, math.ceil(s.stall_gpus_ratio * len(job))):
+            return stalled
+        groups = self._job_groups(job, now)
+        if len(groups) < 2:
+            return []
+        names = {g.gpu for g in stalled}
+        out: list[GpuState] = []
+        for grp in groups:
+            mine = [g for g in grp if g.gpu in names]
+            if len(mine) >= max(1, math.ceil(s.stall_gpus_ratio * len(grp))):
+                out.extend(mine)
+        return out
 
     def _slow_gpus(self, job: list[GpuState], now: float) -> list[GpuState]:
         """The slow GPUs of the node's most slowed job (``slow_gpus_ratio`` of
@@ -594,13 +613,22 @@ class Engine:
         their job (process data, live), and job GPUs whose telemetry went
         silent (a GPU that fell off the bus stalls with the rest but reports
         nothing). Without job data the co-stalled GPUs are the job: the other
-        job of a shared node keeps working."""
+        job of a shared node keeps working. A job-mate (by co-activity
+        before the onset) that has not reported since the stall began is
+        silent already: where a job of four GPUs stalls because one fell off
+        the bus, that GPU's XID explains the stall from the first idle poll,
+        not once its silence outlasted ``sample_max_age``."""
         s = self._eff
         gpus = set(ep.gpus)
         states = self.detector.gpus
         jobs = {states[g].job for g in gpus if g in states and states[g].job}
+        mates: set[str] = set()
+        for name in gpus:
+            mates |= (ep.peers or {}).get(name, frozenset())
         for g in self.detector.job_gpus():
-            silent = now - g.last_sample > s.sample_max_age
+            silent = now - g.last_sample > s.sample_max_age or (
+                g.gpu in mates and g.last_sample < ep.onset
+            )
             if (jobs and g.job in jobs) or silent:
                 gpus.add(g.gpu)
         return frozenset(gpus)
@@ -678,7 +706,7 @@ class Engine:
         # Measured on samples, not ticks: a GPU whose next samples are
         # missing must not look idle for longer than it was seen idle.
         duration = latest - ep.onset
-        if duration < s.min_duration_with_evidence:
+        if not self._reached(duration, s.min_duration_with_evidence):
             # Evidence before the onset is credited as one poll.
             credit = max(self.tick_s, self.spacing)
             if not ep.pre_checked and duration + credit >= s.min_duration_with_evidence:
@@ -686,10 +714,19 @@ class Engine:
                 self._open_if_preceded(ep, bad, now=now, out=out)
             return ep
         attr, missing = self._score(ep, now)
-        strong = attr.cause.halts and attr.score >= s.strong_evidence
-        if latest - ep.run_onset >= s.min_duration or strong:
+        if self._reached(latest - ep.run_onset, s.min_duration) or self._strong(ep, attr, now):
             self._open(ep, attr, missing, bad, now=now, out=out)
         return ep
+
+    def _reached(self, duration: float, need: float) -> bool:
+        """Whether a stall seen for ``duration`` (between sample times) has
+        lasted ``need``. Scrape jitter moves a sample by a few per cent of
+        the spacing: the second of two 1 s samples may come 0.98 s after the
+        first, and a stall then waited a poll for its ``need`` of 1 s. A
+        tenth of a sample of slack, never half of ``need`` (a first idle
+        sample is no second one at any spacing)."""
+        slack = min(0.1 * max(self.tick_s, self.spacing), 0.5 * need)
+        return duration + slack >= need
 
     def _step_slowdown(
         self,
@@ -706,9 +743,18 @@ class Engine:
         (:meth:`_unseen_slowdown`)."""
         s = self._eff
         if not bad:
-            return self._quiet(ep, "slowdown", now)
+            kept = self._quiet(ep, "slowdown", now)
+            if ep is not None and ep.live is not None and kept is None:
+                self._slow_end = ep.last_bad
+            return kept
         if ep is None:
             onset = min(g.slow_since if g.slow else self._comm_since for g in bad)
+            # Dated back no further than the last slowdown incident's end: its tail,
+            # still in the throughput window as the job recovers, reads as
+            # slow for a check or two, and is no new slowdown's time (nor
+            # does a second cause that began inside that one become the
+            # cause of a new one).
+            onset = max(onset, self._slow_end)
             ep = _Episode("slowdown", onset, now, run_onset=onset)
         elif ep.broken_at is not None:
             self._rejoin(ep, min(g.slow_since for g in bad))
@@ -901,26 +947,56 @@ class Engine:
     def _open_if_preceded(
         self, ep: _Episode, bad: list[GpuState], *, now: float, out: list[IncidentTransition]
     ) -> None:
-        """Open on the stall's first poll when strong evidence came first.
+        """Open on the stall's first poll when the evidence came first.
 
         A fault usually shows before its victims stall: a pause storm blocks
         traffic, an NVLink drops, and the collectives hang on the next poll.
-        Strong evidence of one cause before the stall onset (credited as one
-        poll, however long it lasted) plus the stalled poll is the same
+        Evidence of one cause before the stall onset (credited as one poll,
+        however long it lasted), strong by the stalled poll (see
+        :meth:`_strong`), plus the stalled poll is the same
         two-poll confirmation the fast path asks of a stall seen on two
-        polls (``min_duration_with_evidence`` of one tick); evidence that appears only with
-        the idle poll (a checkpoint burst, a link that went down with it)
-        still needs the second idle poll.
+        polls (``min_duration_with_evidence`` of one tick). A discrete event
+        on the stalled job's own devices (an XID, a link that went down) in
+        the interval the GPUs stopped in is evidence on its own, with no
+        second sample to wait for (issue 16, mechanism 5). Other evidence
+        that appears only with the idle poll (a checkpoint burst, a storm
+        that began with it) still needs the second idle poll.
         """
         s = self._eff
-        # Before the onset one sample suffices: the verdict at ``now`` must
-        # hold on two (that sample and the stalled one at least).
+        # Before the onset one sample suffices, and it need only show the
+        # cause: a fault that began inside the sample the GPUs stalled in
+        # reads partly there, as their work does. The verdict at ``now``
+        # must hold on two samples (that one and the stalled one at least).
         pre, _ = self._score(ep, ep.onset - 1e-3, min_samples=1)
-        if not pre.cause.halts or pre.score < s.strong_evidence:
-            return
+        preceded = pre.cause.halts and pre.score >= s.min_evidence
         attr, missing = self._score(ep, now)
-        if attr.cause == pre.cause and attr.score >= s.strong_evidence:
+        if (preceded and attr.cause == pre.cause and self._strong(ep, attr, now)) or _discrete(
+            attr, s.strong_evidence
+        ):
             self._open(ep, attr, missing, bad, now=now, out=out)
+
+    def _strong(self, ep: _Episode, attr: Attribution, now: float) -> bool:
+        """Whether ``attr`` (scored on two samples) may open a stall before
+        ``min_duration``: a cause that halts a job, strong on two samples, or
+        shown on two (``min_evidence``) and strong on one of them. A sample
+        is an average over its interval: a fault that began inside the
+        first one reads there only for the part after it began (a storm
+        from the middle of a sample pauses half of it), so holding it to
+        the strong level on both samples waits a sample for what the
+        second shows whole. One poll is still no evidence: what showed on
+        one sample only does not count (a second sample must show the
+        same cause), nor does a cause that does not halt."""
+        s = self._eff
+        if not attr.cause.halts or attr.score < s.min_evidence:
+            return False
+        if attr.score >= s.strong_evidence:
+            return True
+        peak, _ = self._score(ep, now, min_samples=1)
+        return (
+            peak.cause == attr.cause
+            and peak.culprit.key == attr.culprit.key
+            and peak.score >= s.strong_evidence
+        )
 
     def _stall_onset(self, bad: list[GpuState]) -> float:
         """When the node stall began: its first idle GPU's onset, unless that
@@ -1201,6 +1277,24 @@ def _spare(groups: list[list[GpuState]], ratio: float) -> dict[str, list[int]]:
                 return {}
             out[g.gpu] = left
     return out
+
+
+# Evidence families that record discrete events (an XID, a link-down event
+# or link state), not a level a sample may read high once.
+_DISCRETE = frozenset({sig.GPU_XID, sig.NIC_LINK_DOWNED, sig.NIC_LINK_UP, sig.SW_PORT_UP})
+
+
+def _discrete(attr: Attribution, strong: float) -> bool:
+    """Whether ``attr`` names a halting cause on the strength of a discrete
+    event (strong on its own)."""
+    return (
+        attr.cause.halts
+        and attr.score >= strong
+        and any(
+            e.cause == attr.cause and e.family in _DISCRETE and e.score >= strong
+            for e in attr.evidence
+        )
+    )
 
 
 def _cause_score(evidence: Sequence[Evidence], cause: str) -> float:
