@@ -104,18 +104,24 @@ ENGINE_TARGETS = {
     "attribution": (0.95, True),
     "culprit": (0.90, True),
     "false_alarms_per_node_day": (0.05, False),
-    "median_latency_samples": (2.0, False),
+    "stall_latency_samples": (2.0, False),
 }
+"""The issue's targets; latency is "from stall onset", so slowdowns (found over a
+throughput window) are shown next to it, not scored against it."""
 
 
 def _score(name: str, x: float) -> str:
     if math.isnan(x):  # nothing of that kind in the sweep
         return "-"
     target, higher = ENGINE_TARGETS[name]
-    counted = name in ("false_alarms_per_node_day", "median_latency_samples")
+    counted = name in ("false_alarms_per_node_day", "stall_latency_samples")
     text = f"{x:.2f}" if counted else f"{x:.3f}"
     met = x >= target if higher else x <= target
     return text if met else f"**{text}**"
+
+
+def _or_zero(x: float) -> float:
+    return 0.0 if math.isnan(x) else x
 
 
 def engine_table(docs: list[dict[str, Any]]) -> list[str]:
@@ -130,31 +136,35 @@ def engine_table(docs: list[dict[str, Any]]) -> list[str]:
         "through `fabricwatch replay`; one run per seed set; bold: target missed):",
         "",
         "| seed | faults | recall | precision | attribution | culprit | false alarms / "
-        "node-day | median latency (samples) | lowest recall (spacing) | worst latency "
-        "(spacing) | lowest recall (true cause) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "node-day | median stall latency (samples) | lowest recall (spacing) | worst stall "
+        "latency (spacing) | median latency with slowdowns (worst spacing) | lowest recall "
+        "(true cause) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for d in docs:
         a = d["all"]
         sp = d["spacing"]
         low = min(sp, key=lambda k: sp[k]["recall"])
-        slow = max(sp, key=lambda k: sp[k]["median_latency_samples"])
+        slow = max(sp, key=lambda k: _or_zero(sp[k]["stall_latency_samples"]))
+        slow_all = max(sp, key=lambda k: _or_zero(sp[k]["median_latency_samples"]))
         causes = d["cause"]
         weak = min(causes, key=lambda k: causes[k]["recall"])
         cells = " | ".join(_score(k, a[k]) for k in ENGINE_TARGETS)
         lines.append(
             f"| {d['seed']} | {a['faults']} | {cells} | "
             f"{_score('recall', sp[low]['recall'])} ({low} s) | "
-            f"{_score('median_latency_samples', sp[slow]['median_latency_samples'])} "
-            f"({slow} s) | {_score('recall', causes[weak]['recall'])} ({weak}) |"
+            f"{_score('stall_latency_samples', sp[slow]['stall_latency_samples'])} "
+            f"({slow} s) | {a['median_latency_samples']:.2f} "
+            f"({sp[slow_all]['median_latency_samples']:.2f} at {slow_all} s) | "
+            f"{_score('recall', causes[weak]['recall'])} ({weak}) |"
         )
     t = ENGINE_TARGETS
     lines.append("")
     lines.append(
         f"Targets: recall >= {t['recall'][0]}, precision >= {t['precision'][0]}, attribution "
         f">= {t['attribution'][0]}, culprit >= {t['culprit'][0]}, false alarms <= "
-        f"{t['false_alarms_per_node_day'][0]} per node-day, median latency <= "
-        f"{t['median_latency_samples'][0]:g} samples at every spacing."
+        f"{t['false_alarms_per_node_day'][0]} per node-day, median latency from stall onset "
+        f"<= {t['stall_latency_samples'][0]:g} samples at every spacing."
     )
     return lines
 
