@@ -38,6 +38,7 @@ def attribute(
     min_evidence: float,
     late_after: float = math.inf,
     first_by: float = math.inf,
+    decides_by: float = math.inf,
 ) -> Attribution:
     """Pick the cause from scored evidence (strongest first or not).
 
@@ -53,6 +54,12 @@ def attribute(
     ``first_by`` seconds after the earliest cause's came second, and is
     secondary the same way (all evidence of the first cause stays: its
     culprit port may show a sample after the other ports' rate cuts).
+
+    ``decides_by`` (a stall: its onset plus what the sampling may lag a
+    fault present at the onset by) bounds that fallback: evidence that first
+    showed after it began while the GPUs were already waiting (a link that
+    flapped a minute into a hang) is secondary even where nothing else
+    explains the stall, which is then ``unknown``.
     """
     if math.isfinite(first_by):
         first = _first_shown(evidence, min_evidence)
@@ -72,7 +79,16 @@ def attribute(
         evidence = [*timely, *late]
         candidates: Sequence[Evidence] = timely
     else:
-        candidates = evidence
+        candidates = [e for e in evidence if e.since is None or e.since <= decides_by]
+        if len(candidates) < len(evidence):
+            evidence = [
+                *candidates,
+                *(
+                    replace(e, text=f"after the onset: {e.text}")
+                    for e in evidence
+                    if e.since is not None and e.since > decides_by
+                ),
+            ]
     best: dict[Cause, Evidence] = {}
     support: dict[Cause, int] = {}
     for e in candidates:
