@@ -319,11 +319,14 @@ def score_naive(tr: ct.Trace) -> tuple[list[Verdict], int, int]:
 # --------------------------------------------------------------------- plan, run, tables
 
 
-def plan(seed: int, quick: bool) -> list[tuple[int, str, str, float]]:
+def plan(
+    seed: int, quick: bool, spacings: Sequence[float] | None = None
+) -> list[tuple[int, str, str, float]]:
     """The traces of one run: every scenario at every spacing, variants rotating."""
     out = []
     scenarios = ct.SCENARIOS
-    spacings = (1.0, 5.0, 15.0) if quick else ct.SPACINGS
+    if spacings is None:
+        spacings = (1.0, 5.0, 15.0) if quick else ct.SPACINGS
     n = 0
     for si, sp in enumerate(spacings):
         for ci, sc in enumerate(scenarios):
@@ -449,6 +452,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, help="write per-trace results as JSON")
     ap.add_argument("--timeout", type=float, default=300.0)
     ap.add_argument(
+        "--spacings",
+        type=float,
+        nargs="+",
+        help=f"sample spacings in seconds (default {' '.join(f'{x:g}' for x in ct.SPACINGS)};"
+        " live collectors go up to 60)",
+    )
+    ap.add_argument(
         "--dump",
         metavar="SEED:SCENARIO:VARIANT:SPACING",
         help="write that one trace and its truth to DIR/trace.om, DIR/truth.json (--out DIR)",
@@ -472,7 +482,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     import fabricwatch  # the checkout under test, as the replays import it
 
     print(f"fabricwatch under test: {Path(fabricwatch.__file__).parent}")
-    items = plan(args.seed, args.quick)
+    items = plan(args.seed, args.quick, args.spacings)
     t0 = time.perf_counter()
     with (
         tempfile.TemporaryDirectory(prefix="fw-crosscheck-") as d,
