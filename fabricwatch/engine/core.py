@@ -926,7 +926,14 @@ class Engine:
         # Before the onset one sample suffices: the verdict at ``now`` must
         # hold on two (that sample and the stalled one at least).
         pre, _ = self._score(ep, ep.onset - 1e-3, min_samples=1)
-        if not pre.cause.halts or pre.score < s.strong_evidence:
+        # A checkpoint is the job's own write and begins with the stall: a
+        # burst in a scrape just before the first idle one is the exporters'
+        # offsets (or a background writer), not a fault that came first.
+        if (
+            not pre.cause.halts
+            or pre.score < s.strong_evidence
+            or pre.cause is Cause.CHECKPOINT_WRITE
+        ):
             return
         attr, missing = self._score(ep, now)
         if attr.cause == pre.cause and attr.score >= s.strong_evidence:

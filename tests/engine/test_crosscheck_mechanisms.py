@@ -181,3 +181,14 @@ def test_slow_nvme_with_counters_in_alternate_scrapes_is_slow_storage() -> None:
     disk = _alternating_disk(lambda t: 0.01 if 1960 <= t < 2300 else 0.0002)
     incs = replay(sorted([*node(5.0, 3600, (2000, 2300)), *disk], key=lambda s: s[0]))
     assert _verdicts(incs) == [("storage_latency", "storage:nvme0n1")], [i.summary for i in incs]
+
+
+def test_a_write_burst_scraped_just_before_a_one_poll_dip_opens_no_checkpoint() -> None:
+    # 1 s samples: an evaluation pause with a background write burst on
+    # another disk; node_exporter's scrape sees the burst before
+    # dcgm-exporter's sees the idle GPUs. That is the exporters' offsets,
+    # not a fault that came first: no incident on one idle poll.
+    trace, incs = _replay_trace(101009, "nvlink_crc", "concurrent", 1.0)
+    assert any("disk_burst" in c.what for c in trace.confounders)
+    (truth,) = trace.truth
+    assert _verdicts(incs) == [("nvlink_degraded", truth.culprits[0])], [i.summary for i in incs]
