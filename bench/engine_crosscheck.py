@@ -444,6 +444,23 @@ def table(results: list[Result], by: str) -> str:
     return "\n".join(lines)
 
 
+def _slowdown_line(results: list[Result]) -> str:
+    """Slowdown truths (the tables score stalls only): found, cause, culprit."""
+    slow = [
+        (t, v)
+        for r in results
+        for t, v in zip(r.truth, r.engine, strict=True)
+        if t["kind"] == "slowdown"
+    ]
+    found = [(t, v) for t, v in slow if v.detected]
+    right = [(t, v) for t, v in found if v.cause == t["cause"]]
+    culprit = sum(culprit_ok(v.culprit, t["culprits"]) for t, v in right)
+    return (
+        f"slowdowns (engine): found {len(found)} of {len(slow)}, cause right {len(right)}"
+        f" of {len(found)}, culprit right {culprit} of {len(right)}"
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     ap.add_argument("--quick", action="store_true", help="a small plan (< 1 CPU-minute)")
@@ -511,6 +528,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ]
     as_slow = sum(v.kind == "slowdown" for _, v in pairs)
     print(f"detected stalls the engine reported as kind=slowdown: {as_slow} of {len(pairs)}")
+    print(_slowdown_line(results))
     unm: dict[str, int] = {}
     for r in results:
         for k, v in r.unmapped.items():
