@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from fabricwatch.engine.causes import Cause
-from fabricwatch.engine.evidence import NO_CULPRIT, Culprit, Evidence
+from fabricwatch.engine.evidence import NO_CULPRIT, TIMED_FAMILIES, Culprit, Evidence
 from fabricwatch.engine.signals import FAMILY_GROUPS
 
 _EVIDENCE_GROUPS = len(FAMILY_GROUPS) - 1  # gpu_work is the stall signal itself
@@ -56,10 +56,11 @@ def attribute(
     culprit port may show a sample after the other ports' rate cuts).
 
     ``decides_by`` (a stall: its onset plus what the sampling may lag a
-    fault present at the onset by) bounds that fallback: evidence that first
-    showed after it began while the GPUs were already waiting (a link that
-    flapped a minute into a hang) is secondary even where nothing else
-    explains the stall, which is then ``unknown``.
+    fault present at the onset by) bounds that fallback: an event or link
+    state change (:data:`TIMED_FAMILIES`) that first showed after it began
+    while the GPUs were already waiting (a link that flapped a minute into a
+    hang) is secondary even where nothing else explains the stall, which is
+    then ``unknown``.
     """
     evidence, candidates = _by_time(evidence, min_evidence, late_after, first_by, decides_by)
     best: dict[Cause, Evidence] = {}
@@ -119,7 +120,7 @@ def _by_time(
     if not any(e.score >= min_evidence for e in timely):
 
         def is_late(e: Evidence) -> bool:
-            return e.since is not None and e.since > decides_by
+            return e.family in TIMED_FAMILIES and e.since is not None and e.since > decides_by
 
         timely = [e for e in evidence if not is_late(e)]
     late = [replace(e, text=f"after the onset: {e.text}") for e in evidence if is_late(e)]

@@ -1105,6 +1105,11 @@ SCORERS: tuple[Scorer, ...] = (
 
 # Counters whose evidence is a count of events (any non-zero rate is one).
 _EVENT_FAMILIES = frozenset({sig.NIC_LINK_DOWNED, sig.GPU_XID, sig.ST_PROBE_FAIL})
+# Families whose evidence shows when the fault happens (events, link
+# state): one that first showed well after a stall's onset began after it.
+# A level can lag its fault (a write's latency is counted when it completes;
+# a missing sample delays a rate), so a late level may still explain one.
+TIMED_FAMILIES = _EVENT_FAMILIES | {sig.NIC_LINK_UP, sig.SW_PORT_UP}
 
 
 def _first_seen(ctx: ScoreContext, e: Evidence) -> float | None:
