@@ -655,6 +655,10 @@ def generate(seed: int, scenario: str, variant: str, spacing: float) -> Trace:
             )
 
     truth = _truth(fault, scenario, variant, jobs, missing, switch_data, nic_info, prio, b)
+    # Its own stream: the traces without slow refresh stay as they were.
+    refresh_rng = random.Random(f"{seed}:{scenario}:{variant}:{spacing}:refresh")
+    if refresh_rng.random() < 0.3:
+        _slow_refresh(b, refresh_rng, params)
     noise = variant == "noisy" or rng.random() < 0.25
     params["noise"] = noise
     if noise:
@@ -732,6 +736,47 @@ def _truth(  # noqa: PLR0917 - internal, one call site
             note,
         )
     ]
+
+
+def _hold(samp: list[tuple[float, float]], refreshed: list[bool]) -> list[tuple[float, float]]:
+    """Each scrape reads the value of the exporter's latest refresh."""
+    out: list[tuple[float, float]] = []
+    last = samp[0][1] if samp else 0.0
+    for (ts, v), fresh in zip(samp, refreshed, strict=True):
+        if fresh:
+            last = v
+        out.append((ts, last))
+    return out
+
+
+def _slow_refresh(b: _Builder, rng: random.Random, params: dict[str, object]) -> None:
+    """Exporters that refresh slower than they are scraped.
+
+    dcgm-exporter collects on its own interval (30 s by default) and a
+    faster scrape re-reads the last collection; node_exporter's disk
+    counters can refresh in different cycles (write time one scrape, write
+    count the next), so one interval's write-time delta arrives with a zero
+    write-count delta.
+    """
+    s = b.spacing
+    kind = rng.choice(("dcgm", "disk")) if s < 30 else "disk"
+    if kind == "dcgm":
+        k = rng.choice((2, 3))
+        phase = rng.randrange(k)
+        params["slow_refresh"] = f"dcgm every {k} scrapes"
+        for key in sorted(b.series):
+            name, typ, samp = b.series[key]
+            if name.startswith("DCGM_"):
+                fresh = [(i + phase) % k == 0 for i in range(len(samp))]
+                b.series[key] = (name, typ, _hold(samp, fresh))
+        return
+    params["slow_refresh"] = "disk write time and count in alternate scrapes"
+    for key in sorted(b.series):
+        name, typ, samp = b.series[key]
+        if name == "node_disk_write_time_seconds_total":
+            b.series[key] = (name, typ, _hold(samp, [i % 2 == 0 for i in range(len(samp))]))
+        elif name == "node_disk_writes_completed_total":
+            b.series[key] = (name, typ, _hold(samp, [i % 2 == 1 for i in range(len(samp))]))
 
 
 def _artefacts(

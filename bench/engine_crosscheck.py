@@ -319,11 +319,14 @@ def score_naive(tr: ct.Trace) -> tuple[list[Verdict], int, int]:
 # --------------------------------------------------------------------- plan, run, tables
 
 
-def plan(seed: int, quick: bool) -> list[tuple[int, str, str, float]]:
+def plan(
+    seed: int, quick: bool, spacings: Sequence[float] | None = None
+) -> list[tuple[int, str, str, float]]:
     """The traces of one run: every scenario at every spacing, variants rotating."""
     out = []
     scenarios = ct.SCENARIOS
-    spacings = (1.0, 5.0, 15.0) if quick else ct.SPACINGS
+    if spacings is None:
+        spacings = (1.0, 5.0, 15.0) if quick else ct.SPACINGS
     n = 0
     for si, sp in enumerate(spacings):
         for ci, sc in enumerate(scenarios):
@@ -441,6 +444,23 @@ def table(results: list[Result], by: str) -> str:
     return "\n".join(lines)
 
 
+def _slowdown_line(results: list[Result]) -> str:
+    """Slowdown truths (the tables score stalls only): found, cause, culprit."""
+    slow = [
+        (t, v)
+        for r in results
+        for t, v in zip(r.truth, r.engine, strict=True)
+        if t["kind"] == "slowdown"
+    ]
+    found = [(t, v) for t, v in slow if v.detected]
+    right = [(t, v) for t, v in found if v.cause == t["cause"]]
+    culprit = sum(culprit_ok(v.culprit, t["culprits"]) for t, v in right)
+    return (
+        f"slowdowns (engine): found {len(found)} of {len(slow)}, cause right {len(right)}"
+        f" of {len(found)}, culprit right {culprit} of {len(right)}"
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     ap.add_argument("--quick", action="store_true", help="a small plan (< 1 CPU-minute)")
@@ -448,6 +468,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=2, help="parallel replays")
     ap.add_argument("--out", type=Path, help="write per-trace results as JSON")
     ap.add_argument("--timeout", type=float, default=300.0)
+    ap.add_argument(
+        "--spacings",
+        type=float,
+        nargs="+",
+        help=f"sample spacings in seconds (default {' '.join(f'{x:g}' for x in ct.SPACINGS)};"
+        " live collectors go up to 60)",
+    )
     ap.add_argument(
         "--dump",
         metavar="SEED:SCENARIO:VARIANT:SPACING",
@@ -472,7 +499,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     import fabricwatch  # the checkout under test, as the replays import it
 
     print(f"fabricwatch under test: {Path(fabricwatch.__file__).parent}")
-    items = plan(args.seed, args.quick)
+    items = plan(args.seed, args.quick, args.spacings)
     t0 = time.perf_counter()
     with (
         tempfile.TemporaryDirectory(prefix="fw-crosscheck-") as d,
@@ -501,6 +528,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ]
     as_slow = sum(v.kind == "slowdown" for _, v in pairs)
     print(f"detected stalls the engine reported as kind=slowdown: {as_slow} of {len(pairs)}")
+    print(_slowdown_line(results))
     unm: dict[str, int] = {}
     for r in results:
         for k, v in r.unmapped.items():

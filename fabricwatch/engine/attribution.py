@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from fabricwatch.engine.causes import Cause
-from fabricwatch.engine.evidence import NO_CULPRIT, Culprit, Evidence
+from fabricwatch.engine.evidence import NO_CULPRIT, TIMED_FAMILIES, Culprit, Evidence
 from fabricwatch.engine.signals import FAMILY_GROUPS
 
 _EVIDENCE_GROUPS = len(FAMILY_GROUPS) - 1  # gpu_work is the stall signal itself
@@ -38,6 +38,7 @@ def attribute(
     min_evidence: float,
     late_after: float = math.inf,
     first_by: float = math.inf,
+    decides_by: float = math.inf,
 ) -> Attribution:
     """Pick the cause from scored evidence (strongest first or not).
 
@@ -53,26 +54,15 @@ def attribute(
     ``first_by`` seconds after the earliest cause's came second, and is
     secondary the same way (all evidence of the first cause stays: its
     culprit port may show a sample after the other ports' rate cuts).
+
+    ``decides_by`` (a stall: its onset plus what the sampling may lag a
+    fault present at the onset by) bounds that fallback: an event or link
+    state change (:data:`TIMED_FAMILIES`) that first showed after it began
+    while the GPUs were already waiting (a link that flapped a minute into a
+    hang) is secondary even where nothing else explains the stall, which is
+    then ``unknown``.
     """
-    if math.isfinite(first_by):
-        first = _first_shown(evidence, min_evidence)
-        t0 = min(first.values(), default=math.inf)
-
-        def is_late(e: Evidence) -> bool:
-            shown = first.get(e.cause, math.inf if e.since is None else e.since)
-            return shown > t0 + first_by
-    else:
-
-        def is_late(e: Evidence) -> bool:
-            return e.since is not None and e.since > late_after
-
-    timely = [e for e in evidence if not is_late(e)]
-    if any(e.score >= min_evidence for e in timely) and len(timely) < len(evidence):
-        late = [replace(e, text=f"after the onset: {e.text}") for e in evidence if is_late(e)]
-        evidence = [*timely, *late]
-        candidates: Sequence[Evidence] = timely
-    else:
-        candidates = evidence
+    evidence, candidates = _by_time(evidence, min_evidence, late_after, first_by, decides_by)
     best: dict[Cause, Evidence] = {}
     support: dict[Cause, int] = {}
     for e in candidates:
@@ -103,6 +93,40 @@ def attribute(
     confidence = top * (0.75 + 0.25 * coverage) * (1.0 - 0.25 * min(1.0, runner / top))
     ordered = tuple(sorted(ranked_ev, key=lambda e: (e.cause != winner, -e.score)))
     return Attribution(winner, round(confidence, 3), best[winner].culprit, top, ordered, primary)
+
+
+def _by_time(
+    evidence: Sequence[Evidence],
+    min_evidence: float,
+    late_after: float,
+    first_by: float,
+    decides_by: float,
+) -> tuple[list[Evidence], Sequence[Evidence]]:
+    """(all evidence, late evidence marked ``after the onset``; the evidence
+    that may decide the cause), by the time rules of :func:`attribute`."""
+    if math.isfinite(first_by):
+        first = _first_shown(evidence, min_evidence)
+        t0 = min(first.values(), default=math.inf)
+
+        def is_late(e: Evidence) -> bool:
+            shown = first.get(e.cause, math.inf if e.since is None else e.since)
+            return shown > t0 + first_by
+    else:
+
+        def is_late(e: Evidence) -> bool:
+            return e.since is not None and e.since > late_after
+
+    timely = [e for e in evidence if not is_late(e)]
+    if not any(e.score >= min_evidence for e in timely):
+
+        def is_late(e: Evidence) -> bool:
+            return e.family in TIMED_FAMILIES and e.since is not None and e.since > decides_by
+
+        timely = [e for e in evidence if not is_late(e)]
+    late = [replace(e, text=f"after the onset: {e.text}") for e in evidence if is_late(e)]
+    if not late:
+        return list(evidence), evidence
+    return [*timely, *late], timely
 
 
 def _first_shown(evidence: Sequence[Evidence], min_evidence: float) -> dict[Cause, float]:

@@ -666,11 +666,21 @@ class Engine:
         evidence = collect(ctx, job)
         missing = missing_groups(self.store, now, s.sample_max_age)
         late_after = ep.onset + max(self.tick_s, 0.5 * self.spacing)
+        # Exporters scrape at their own offsets and a rate's first sample of
+        # a fault may be partial: a fault present at the onset shows within
+        # about a sample and a half of it; one that showed later began while
+        # the GPUs were already waiting and never decides a stall's cause.
+        decides_by = ep.onset + max(2.0 * self.tick_s, 1.5 * self.spacing)
         # A slowdown is dated after it began: what showed first, by over a
         # sample, caused it (a storm starting inside it is secondary).
         first_by = 1.5 * max(self.tick_s, self.spacing) if ep.kind == "slowdown" else math.inf
         attr = attribute(
-            evidence, missing, min_evidence=s.min_evidence, late_after=late_after, first_by=first_by
+            evidence,
+            missing,
+            min_evidence=s.min_evidence,
+            late_after=late_after,
+            first_by=first_by,
+            decides_by=decides_by if ep.kind == "stall" else math.inf,
         )
         return attr, tuple(missing)
 
@@ -968,7 +978,14 @@ class Engine:
         # reads partly there, as their work does. The verdict at ``now``
         # must hold on two samples (that one and the stalled one at least).
         pre, _ = self._score(ep, ep.onset - 1e-3, min_samples=1)
-        preceded = pre.cause.halts and pre.score >= s.min_evidence
+        # A checkpoint is the job's own write and begins with the stall: a
+        # burst in a scrape just before the first idle one is the exporters'
+        # offsets (or a background writer), not a fault that came first.
+        preceded = (
+            pre.cause.halts
+            and pre.score >= s.min_evidence
+            and pre.cause is not Cause.CHECKPOINT_WRITE
+        )
         attr, missing = self._score(ep, now)
         if (preceded and attr.cause == pre.cause and self._strong(ep, attr, now)) or _discrete(
             attr, s.strong_evidence

@@ -607,6 +607,11 @@ def _collapsed(
             found.setdefault((fam, gpu), []).append((s, ratio, ratio * b, b, matched))
 
 
+# Score of a collapse seen on one poll: (stall, slowdown). A stall's counts
+# after min_duration; a slowdown's is below min_evidence, listed only.
+_ONE_POLL_COLLAPSE = {False: 0.6, True: 0.4}
+
+
 def score_nvlink_throughput(ctx: ScoreContext) -> list[Evidence]:
     """One GPU's NVLink traffic collapsing before the stall while its peers' does not.
 
@@ -649,8 +654,10 @@ def score_nvlink_throughput(ctx: ScoreContext) -> list[Evidence]:
         depth = min(1.0, max(0.0, (st.nvlink_collapse_ratio - ratio) / st.nvlink_collapse_ratio))
         # One poll is not evidence: shown on one poll only, the collapse
         # still counts once the stall lasted ``min_duration``, but is not
-        # strong enough to shorten it.
-        score = 0.8 + 0.06 * depth if polls >= 2 else 0.6
+        # strong enough to shorten it. A slowdown has no such wait: it is
+        # opened only by its evidence, and one GPU's poll read low by a
+        # swapped or missing scrape next to a dated onset would open one.
+        score = 0.8 + 0.06 * depth if polls >= 2 else _ONE_POLL_COLLAPSE[ctx.slowdown]
         what = "NVLink" if links == ["total"] else f"NVLink {', '.join(links)}"
         text = (
             f"GPU {gpu} {what} {direction} collapsed to {ratio:.0%} of its baseline "
@@ -720,10 +727,30 @@ def _not_working_since(ctx: ScoreContext, gpu: str, at: float, sample_s: float) 
     sm = ctx.store.get(sig.GPU_SM, (gpu,))
     if sm is None:
         # Its series expired while other GPUs' report: it stopped reporting.
-        # A node without SM activity cannot tell (power keeps some draw).
-        return any(True for _ in ctx.store.family(sig.GPU_SM))
+        if any(True for _ in ctx.store.family(sig.GPU_SM)):
+            return True
+        return _power_fell_since(ctx, gpu, at, sample_s)
     since = window(sm, at + 0.5 * sample_s, ctx.onset)
     return all(v < ctx.settings.idle_sm_ratio for v in since.values)
+
+
+def _power_fell_since(ctx: ScoreContext, gpu: str, at: float, sample_s: float) -> bool:
+    """On a node without SM activity (dcgm-exporter's default fields): whether
+    ``gpu``'s power stayed under half its own working level before ``at``
+    from a sample after it to the onset. Power keeps some draw when a GPU
+    stops (a spinning kernel, the idle floor), so the level is the GPU's
+    own, not an absolute one; one stray sample (a swapped scrape) is allowed
+    where there are three or more."""
+    power = ctx.store.get(sig.GPU_POWER, (gpu,))
+    if power is None:
+        return False
+    before = window(power, at - ctx.settings.baseline_window, at - 0.5 * sample_s)
+    since = window(power, at + 0.5 * sample_s, ctx.onset)
+    if not before or not since:
+        return False
+    vals = sorted(since.values)
+    high = vals[-2] if len(vals) >= 3 else vals[-1]
+    return high < 0.5 * _level(before.values)
 
 
 def _score_xids(ctx: ScoreContext) -> list[Evidence]:
@@ -1078,6 +1105,11 @@ SCORERS: tuple[Scorer, ...] = (
 
 # Counters whose evidence is a count of events (any non-zero rate is one).
 _EVENT_FAMILIES = frozenset({sig.NIC_LINK_DOWNED, sig.GPU_XID, sig.ST_PROBE_FAIL})
+# Families whose evidence shows when the fault happens (events, link
+# state): one that first showed well after a stall's onset began after it.
+# A level can lag its fault (a write's latency is counted when it completes;
+# a missing sample delays a rate), so a late level may still explain one.
+TIMED_FAMILIES = _EVENT_FAMILIES | {sig.NIC_LINK_UP, sig.SW_PORT_UP}
 
 
 def _first_seen(ctx: ScoreContext, e: Evidence) -> float | None:

@@ -8,6 +8,7 @@ node_exporter, snmp_exporter) to the engine's families.
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from bisect import bisect_right
@@ -698,26 +699,8 @@ class Mapper:
             if kind != "disk_time":
                 continue
             ops = self._disk.get(("disk_ops", device), {})
-            # A latency is one interval's write time over the same interval's
-            # writes, from the raw totals at timestamps both counters share.
-            # Where the two refresh in different cycles one moves while the
-            # other does not, and the next interval holds the other's late
-            # delta: both intervals are skipped (a write-time delta over a
-            # near-zero write count reads as a huge spike).
-            prev: tuple[float, float] | None = None
-            in_step = True
-            for ts in sorted(t for t in times if t in ops):
-                busy_total, n_total = times[ts], ops[ts]
-                if prev is None or busy_total < prev[0] or n_total < prev[1]:
-                    prev = (busy_total, n_total)  # first sample or a reset
-                    in_step = True
-                    continue
-                busy, n = busy_total - prev[0], n_total - prev[1]
-                prev = (busy_total, n_total)
-                step = (busy > 0) == (n > 0)
-                if step and in_step:
-                    self.out.append((ts, sig.ST_WRITE_LAT, (device,), busy / n if n > 0 else 0.0))
-                in_step = step
+            for ts, lat in _disk_latencies(times, ops):
+                self.out.append((ts, sig.ST_WRITE_LAT, (device,), lat))
         self._disk.clear()
         self._finish_mig()
         self._finish_xmit_wait()
@@ -833,3 +816,45 @@ _NIC_FAMILIES = frozenset(
 )
 _MERGE: dict[str, Callable[[list[float]], float]] = {sig.NIC_PFC_RATIO: max, sig.NIC_LINK_UP: min}
 _SCALE = {sig.GPU_UTIL: 0.01, sig.GPU_MEM: 1048576.0}
+
+
+def _disk_latencies(
+    times: dict[float, float], ops: dict[float, float]
+) -> list[tuple[float, float]]:
+    """Write latencies of one disk from its raw write-time and write-count
+    totals, at the timestamps both counters share.
+
+    A latency is the write time over the writes of the same interval. Where
+    the two refresh in different cycles one moves while the other does not,
+    and the next interval holds the other's late delta: once in a while (at
+    job end) both intervals are skipped, as a write-time delta over a
+    near-zero write count reads as a huge spike. Where they are out of step
+    more often than in step (exporters that refresh them in alternate
+    scrapes) skipping would leave no latency at all: the span then runs on
+    from its start until both have moved, so it holds both deltas.
+    """
+    stamps = sorted(t for t in times if t in ops)
+    moves = [
+        (times[b] - times[a] > 0, ops[b] - ops[a] > 0)
+        for a, b in itertools.pairwise(stamps)
+        if times[b] >= times[a] and ops[b] >= ops[a]
+    ]
+    apart = sum(t != n for t, n in moves) > sum(t and n for t, n in moves)
+    out: list[tuple[float, float]] = []
+    prev: tuple[float, float] | None = None
+    in_step = True
+    for ts in stamps:
+        busy_total, n_total = times[ts], ops[ts]
+        if prev is None or busy_total < prev[0] or n_total < prev[1]:
+            prev = (busy_total, n_total)  # first sample or a reset
+            in_step = True
+            continue
+        busy, n = busy_total - prev[0], n_total - prev[1]
+        step = (busy > 0) == (n > 0)
+        if apart and not step:
+            continue  # one counter refreshed without the other: wait for it
+        prev = (busy_total, n_total)
+        if step and in_step:
+            out.append((ts, busy / n if n > 0 else 0.0))
+        in_step = step or apart
+    return out

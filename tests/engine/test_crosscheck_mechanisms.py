@@ -1,0 +1,194 @@
+"""Misses the independent cross-check (bench/engine_crosscheck.py) found, one
+test per mechanism, on the generator's own trace where that is the smallest
+reproduction (``--dump SEED:SCENARIO:VARIANT:SPACING`` writes it) and on a
+hand-built node where the mechanism is simple enough to state by itself.
+
+The generator (bench/crosscheck_traces.py) was written from issue #16 without
+reading the engine, so these traces carry assumptions the engine's own
+simulator does not.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable
+
+from bench import crosscheck_traces as gen
+from fabricwatch.engine import signals as sig
+from fabricwatch.engine.incidents import Incident
+from fabricwatch.engine.replay import run_replay
+from fabricwatch.engine.replay_mapping import Mapper, Sample
+from fabricwatch.engine.replay_openmetrics import parse_openmetrics
+from tests.engine.test_mechanisms import T0, from_text, node, replay
+
+
+def _replay_trace(
+    seed: int, scenario: str, variant: str, spacing: float
+) -> tuple[gen.Trace, list[Incident]]:
+    trace = gen.generate(seed, scenario, variant, spacing)
+    mapper = Mapper()
+    parse_openmetrics(io.StringIO(trace.text), mapper, source=f"{scenario}.om")
+    res = run_replay(mapper.finish())
+    return trace, [tr.incident for tr in res.incidents()]
+
+
+def _verdicts(incs: list[Incident]) -> list[tuple[str, str]]:
+    return [(i.cause, i.culprit.key) for i in incs]
+
+
+# 2 + missing families: an XID before the onset window on a node without SM activity
+
+
+def test_xid_before_the_window_on_a_node_without_sm_activity_is_the_cause() -> None:
+    # dcgm-exporter without SM_ACTIVE: GPU 1 reports XID 119 and stops
+    # drawing working power; its job-mates run on for a compute phase. The
+    # XID is older than the onset window, so "not seen working since" must
+    # be read from the GPU's own power.
+    trace, incs = _replay_trace(23010, "xid", "ramp", 1.0)
+    (truth,) = trace.truth
+    missing = trace.params["missing"]
+    assert isinstance(missing, list) and "sm_active" in missing
+    assert _verdicts(incs) == [("gpu_fault", truth.culprits[0])], [i.summary for i in incs]
+
+
+def _no_sm(samples: list[Sample]) -> list[Sample]:
+    return [s for s in samples if s[1] != sig.GPU_SM]
+
+
+def test_xid_long_before_on_a_gpu_whose_power_fell_is_the_cause_without_sm() -> None:
+    def xid(t: float, out: list[Sample]) -> None:
+        out.append((T0 + t + 0.2, sig.GPU_XID, ("5", "48"), 1.0 if t >= 1935 else 0.0))
+
+    samples = [
+        (
+            ts,
+            fam,
+            labels,
+            90.0 if fam == sig.GPU_POWER and labels == ("5",) and ts > T0 + 1935 else v,
+        )
+        for ts, fam, labels, v in _no_sm(
+            node(15.0, 3600, (2000, 2300), stalled=range(4, 8), extra=xid)
+        )
+    ]
+    incs = replay(samples)
+    assert _verdicts(incs) == [("gpu_fault", "gpu:5")], [i.summary for i in incs]
+
+
+def test_xid_on_a_gpu_whose_power_went_on_does_not_explain_a_later_stall_without_sm() -> None:
+    def xid(t: float, out: list[Sample]) -> None:
+        out.append((T0 + t + 0.2, sig.GPU_XID, ("5", "48"), 1.0 if t >= 1935 else 0.0))
+
+    incs = replay(_no_sm(node(15.0, 3600, (2000, 2300), stalled=range(4, 8), extra=xid)))
+    assert [i.cause for i in incs] == ["unknown"], [i.summary for i in incs]
+
+
+# 8. Concurrent causes: a fault that began after the GPUs were waiting
+
+
+def test_a_link_flap_a_minute_into_a_hang_at_30_s_does_not_become_its_cause() -> None:
+    # The cross-check's hang with a concurrent link flap at 30 s spacing:
+    # nothing explains the hang at its onset, and the flap two samples
+    # later must stay secondary instead of deciding by default.
+    trace, incs = _replay_trace(11073, "hang", "concurrent", 30.0)
+    assert trace.params["second_cause"] == "link_flap"
+    assert [i.cause for i in incs] == ["unknown"], [i.summary for i in incs]
+    assert "after the onset" in incs[0].summary
+
+
+def _link_flap_at(at: float, spacing: float) -> Callable[[float, list[Sample]], None]:
+    def flap(t: float, out: list[Sample]) -> None:
+        ts = T0 + t + 0.3
+        out.append((ts, sig.NIC_LINK_DOWNED, ("mlx5_2", "1"), 1.0 if t >= at else 0.0))
+        out.append((ts, sig.NIC_LINK_UP, ("mlx5_2", "1"), 0.0 if at <= t < at + spacing else 1.0))
+
+    return flap
+
+
+def test_a_link_flap_inside_a_hang_is_secondary_at_every_spacing() -> None:
+    for spacing in (1.0, 5.0, 15.0, 30.0):
+        onset = 2000.0
+        at = onset + 3 * spacing
+        incs = replay(
+            node(spacing, 3600, (onset, onset + 12 * spacing), extra=_link_flap_at(at, spacing))
+        )
+        assert [i.cause for i in incs] == ["unknown"], (spacing, [i.summary for i in incs])
+
+
+def test_a_link_down_just_before_a_stall_is_still_its_cause() -> None:
+    # The counterpart: the link went down during the last compute phase.
+    for spacing in (1.0, 5.0, 15.0, 30.0):
+        onset = 2000.0
+        incs = replay(
+            node(
+                spacing,
+                3600,
+                (onset, onset + 12 * spacing),
+                extra=_link_flap_at(onset - 0.5, 12 * spacing),
+            )
+        )
+        assert _verdicts(incs) == [("link_down", "nic:mlx5_2:1")], (
+            spacing,
+            [i.summary for i in incs],
+        )
+
+
+# 5. One poll is not evidence: a slowdown opened by one GPU's low NVLink poll
+
+
+def test_one_gpus_nvlink_poll_read_low_by_noisy_sampling_opens_no_slowdown() -> None:
+    # 5 s samples with swapped and missing scrapes: near the end of the
+    # trace one GPU's NVLink total reads low on one poll next to a shallow
+    # dip. That poll alone is no NVLink fault, so no slowdown opens; the
+    # PFC storm stall earlier in the trace is still found and attributed.
+    trace, incs = _replay_trace(23019, "pfc_nic_tx", "noisy", 5.0)
+    (truth,) = trace.truth
+    assert [(i.kind, i.cause, i.culprit.key) for i in incs] == [
+        ("stall", "pfc_storm", truth.culprits[0])
+    ], [i.summary for i in incs]
+
+
+# 11. Disk counters out of step: refreshed in alternate scrapes
+
+
+def _alternating_disk(latency: Callable[[int], float]) -> list[Sample]:
+    """node_exporter diskstats at 5 s whose write time refreshes on even
+    scrapes and write count on odd ones: no interval has both deltas."""
+    lines = []
+    busy = ops = 0.0
+    shown = [0.0, 0.0]
+    for k in range(1, 721):
+        n = 5 * 8e6 / 32768
+        ops += n
+        busy += n * latency(5 * k)
+        if k % 2 == 0:
+            shown[0] = busy
+        else:
+            shown[1] = ops
+        ts = T0 + 5 * k + 0.3
+        lines.append(f'node_disk_write_time_seconds_total{{device="nvme0n1"}} {shown[0]:.6f} {ts}')
+        lines.append(f'node_disk_writes_completed_total{{device="nvme0n1"}} {shown[1]:.0f} {ts}')
+    return from_text("\n".join(lines) + "\n")
+
+
+def test_disk_counters_refreshing_in_alternate_scrapes_still_give_a_latency() -> None:
+    disk = _alternating_disk(lambda t: 0.0002)
+    lat = [v for _, fam, _, v in disk if fam == sig.ST_WRITE_LAT]
+    assert len(lat) >= 300, len(lat)
+    assert 0.0001 < sig.median(lat) < 0.0004, sig.median(lat)
+
+
+def test_slow_nvme_with_counters_in_alternate_scrapes_is_slow_storage() -> None:
+    disk = _alternating_disk(lambda t: 0.01 if 1960 <= t < 2300 else 0.0002)
+    incs = replay(sorted([*node(5.0, 3600, (2000, 2300)), *disk], key=lambda s: s[0]))
+    assert _verdicts(incs) == [("storage_latency", "storage:nvme0n1")], [i.summary for i in incs]
+
+
+def test_a_write_burst_scraped_just_before_a_one_poll_dip_opens_no_checkpoint() -> None:
+    # 1 s samples: an evaluation pause with a background write burst on
+    # another disk; node_exporter's scrape sees the burst before
+    # dcgm-exporter's sees the idle GPUs. That is the exporters' offsets,
+    # not a fault that came first: no incident on one idle poll.
+    trace, incs = _replay_trace(101009, "nvlink_crc", "concurrent", 1.0)
+    assert any("disk_burst" in c.what for c in trace.confounders)
+    (truth,) = trace.truth
+    assert _verdicts(incs) == [("nvlink_degraded", truth.culprits[0])], [i.summary for i in incs]
