@@ -17,6 +17,7 @@ from fabricwatch.engine.attribution import Attribution, attribute
 from fabricwatch.engine.causes import Cause
 from fabricwatch.engine.db import IncidentDB
 from fabricwatch.engine.evidence import (
+    TIMED_FAMILIES,
     Culprit,
     Evidence,
     ScoreContext,
@@ -1296,9 +1297,11 @@ def _spare(groups: list[list[GpuState]], ratio: float) -> dict[str, list[int]]:
     return out
 
 
-# Evidence families that record discrete events (an XID, a link-down event
-# or link state), not a level a sample may read high once.
-_DISCRETE = frozenset({sig.GPU_XID, sig.NIC_LINK_DOWNED, sig.NIC_LINK_UP, sig.SW_PORT_UP})
+# Evidence that records a discrete event (an XID, a link-down event or link
+# state), not a level a sample may read high once: the timed families, less
+# the storage probe, whose failure is our own write timing out (a heavy
+# checkpoint on the same path can do that) rather than a fault of its own.
+_DISCRETE = TIMED_FAMILIES - {sig.ST_PROBE_FAIL}
 
 
 def _discrete(attr: Attribution, strong: float) -> bool:
