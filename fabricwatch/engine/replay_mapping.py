@@ -13,13 +13,14 @@ import math
 import re
 from bisect import bisect_right
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from operator import itemgetter
 
 from fabricwatch import nicnames
 from fabricwatch.counters import CounterTracker
 from fabricwatch.engine import signals as sig
+from fabricwatch.engine.replay_refresh import held_mask, refresh_periods
 from fabricwatch.errors import FabricwatchError
 from fabricwatch.nicnames import classify_exported
 from fabricwatch.readings import MetricKind
@@ -512,8 +513,10 @@ class Mapper:
         self._mig: dict[tuple[str, Target], dict[str, list[tuple[float, float]]]] = {}
         self._wait: dict[tuple[str, ...], list[tuple[float, float]]] = {}
         self._rates: dict[tuple[str, ...], list[tuple[float, float]]] = {}
+        self._integrate: dict[tuple[str, tuple[str, ...], str], list[tuple[float, float]]] = {}
         self._speed_high: set[tuple[str, ...]] = set()
         self._nic_map: dict[str, tuple[str, str]] = dict(nic_map or {})
+        self._own: set[tuple[str, tuple[str, ...]]] = set()
         self._dcgm_seen = False
         self._ifspeed_seen = False
         self._carrier_seen = False
@@ -534,7 +537,11 @@ class Mapper:
             return
         if not math.isfinite(value):
             return
-        if target.dcgm:
+        if source.startswith("fabricwatch_"):
+            # The daemon's own export is what its engine read live, repeats
+            # and all: replayed as it is, so replay equals live.
+            self._own.add((target.family, target.labels))
+        elif target.dcgm:
             self._dcgm_seen = True
             if dcgm_blank(value):
                 self._drop("dcgm_blank")
@@ -553,14 +560,9 @@ class Mapper:
         elif tr == "eq1":
             out.append((ts, target.family, target.labels, 1.0 if value == 1 else 0.0))
         elif tr == "integrate":
+            # Integrated in finish(), once the rate's held repeats are known.
             key = (target.family, target.labels, source)
-            prev = self._last_ts.get(key)
-            total = self._state.get(key, 0.0)
-            if prev is not None and ts > prev:
-                total += max(value, 0.0) * target.scale * (ts - prev)
-            self._state[key] = total
-            self._last_ts[key] = ts
-            out.append((ts, target.family, target.labels, float(round(total))))
+            self._integrate.setdefault(key, []).append((ts, value * target.scale))
         elif tr == "us_ratio":
             rate = self._tracker.update((source, target.labels), value, ts)
             if rate is not None:
@@ -670,6 +672,51 @@ class Mapper:
                 self._apply(inner, f"{source}{{mig}}", ts, value)
         self._mig.clear()
 
+    def _refresh_periods(self) -> dict[tuple[str, tuple[str, ...], str], float]:
+        """The refresh period of each slow-refresh series, mapped or to be
+        integrated (:func:`~fabricwatch.engine.replay_refresh.refresh_periods`;
+        keys are (family, labels, source), source '' for mapped series)."""
+        series: dict[tuple[str, tuple[str, ...], str], tuple[list[float], list[float]]] = {}
+        own = self._own
+        for ts, family, labels, value in self.out:
+            if (family, labels) in own:
+                continue
+            times, values = series.setdefault((family, labels, ""), ([], []))
+            times.append(ts)
+            values.append(value)
+        for key, points in self._integrate.items():
+            series[key] = ([t for t, _ in points], [v for _, v in points])
+        for times, values in series.values():
+            if any(b < a for a, b in itertools.pairwise(times)):
+                order = sorted(range(len(times)), key=times.__getitem__)
+                times[:] = [times[i] for i in order]
+                values[:] = [values[i] for i in order]
+        # One exporter refreshes one kind of device: fabricwatch_<kind>_...
+        group = {key: _device_kind(key[0]) for key in series}
+        return refresh_periods(series, group)
+
+    def _finish_integrate(self, periods: dict[tuple[str, tuple[str, ...], str], float]) -> None:
+        """Rates (bytes/s) integrated into byte counters. A rate re-read from a
+        slow-refresh exporter's cache is no new sample: the next fresh rate
+        covers the whole refresh interval (:mod:`~fabricwatch.engine.replay_refresh`)."""
+        for key, points in sorted(self._integrate.items()):
+            family, labels, _ = key
+            period = periods.get(key)
+            mask = None
+            if period is not None:
+                mask = held_mask([t for t, _ in points], [v for _, v in points], period)
+                self._drop("held_repeat", mask.count(False))
+            total = 0.0
+            prev: float | None = None
+            for i, (ts, rate) in enumerate(points):
+                if mask is not None and not mask[i]:
+                    continue
+                if prev is not None and ts > prev:
+                    total += max(rate, 0.0) * (ts - prev)
+                prev = ts
+                self.out.append((ts, family, labels, float(round(total))))
+        self._integrate.clear()
+
     def _finish_xmit_wait(self) -> None:
         for labels, points in self._wait.items():
             rates = sorted(self._rates.get(labels, []))
@@ -704,6 +751,8 @@ class Mapper:
         self._disk.clear()
         self._finish_mig()
         self._finish_xmit_wait()
+        periods = self._refresh_periods()
+        self._finish_integrate(periods)
         out = self.out
         if self._dcgm_seen or self._ifspeed_seen:
             out = self._finish_dcgm_speed(out)
@@ -712,6 +761,9 @@ class Mapper:
         if self._nic_map:
             out = self._merge_members([self._nic_identity(s) for s in out])
         out.sort(key=itemgetter(0))
+        out, held = _without_held_repeats(out, periods)
+        if held:
+            self._drop("held_repeat", held)
         out = _without_stale_counts(out)
         self.out = out
         counts = Counter(map(itemgetter(1), out))
@@ -776,6 +828,37 @@ class Mapper:
             merge = _MERGE.get(family, sum)
             rest.append((ts, family, labels, merge(values)))
         return rest
+
+
+def _device_kind(family: str) -> str:
+    """The kind of device a mapped family is of (``gpu``, ``nic``, ...)."""
+    if family == _GR:
+        return "gpu"
+    parts = family.split("_")
+    return parts[1] if len(parts) > 2 else family
+
+
+def _without_held_repeats(
+    samples: list[Sample], periods: Mapping[tuple[str, tuple[str, ...], str], float]
+) -> tuple[list[Sample], int]:
+    """``samples`` (sorted by time) without the held repeats of slow-refresh
+    series (refresh ``periods`` by (family, labels, '')), and how many were
+    dropped (:func:`~fabricwatch.engine.replay_refresh.held_mask`)."""
+    if not periods:
+        return samples, 0
+    series: dict[tuple[str, tuple[str, ...], str], list[int]] = {}
+    for i, s in enumerate(samples):
+        key = (s[1], s[2], "")
+        if key in periods:
+            series.setdefault(key, []).append(i)
+    drop: list[int] = []
+    for key, idx in series.items():
+        mask = held_mask([samples[i][0] for i in idx], [samples[i][3] for i in idx], periods[key])
+        drop.extend(i for i, new in zip(idx, mask, strict=True) if not new)
+    if not drop:
+        return samples, 0
+    gone = set(drop)
+    return [s for i, s in enumerate(samples) if i not in gone], len(gone)
 
 
 def _without_stale_counts(samples: list[Sample]) -> list[Sample]:
