@@ -725,7 +725,11 @@ class Engine:
                 self._open_if_preceded(ep, bad, now=now, out=out)
             return ep
         attr, missing = self._score(ep, now)
-        if self._reached(latest - ep.run_onset, s.min_duration) or self._strong(ep, attr, now):
+        # A stall lasts while GPUs stay idle: GPUs idle on one sample each, at
+        # different samples (a pause seen on one GPU's sample, a swapped
+        # sample on another's next), are no stall of two samples.
+        run = min(latest - ep.run_onset, max(g.last_sample - g.idle_since for g in bad))
+        if self._reached(run, s.min_duration) or self._strong(ep, attr, now):
             self._open(ep, attr, missing, bad, now=now, out=out)
         return ep
 

@@ -192,3 +192,19 @@ def test_a_write_burst_scraped_just_before_a_one_poll_dip_opens_no_checkpoint() 
     assert any("disk_burst" in c.what for c in trace.confounders)
     (truth,) = trace.truth
     assert _verdicts(incs) == [("nvlink_degraded", truth.culprits[0])], [i.summary for i in incs]
+
+
+def test_gpus_idle_on_one_sample_each_at_different_samples_are_no_stall() -> None:
+    # At 10 s spacing an evaluation pause shows on one sample of GPUs 0-6,
+    # and noisy sampling swapped GPU 7's idle sample with its next one: no
+    # GPU was idle on two samples, though the GPUs together were over 10 s.
+    def pause(ts: float, fam: str, labels: tuple[str, ...], v: float) -> float:
+        t = round(ts - T0 - 0.1)
+        gpu = int(labels[0])
+        hit = (t == 1000 and gpu < 7) or (t == 1010 and gpu == 7)
+        if not hit or fam not in (sig.GPU_SM, sig.GPU_POWER):
+            return v
+        return 0.002 if fam == sig.GPU_SM else 81.0
+
+    samples = [(ts, f, lab, pause(ts, f, lab, v)) for ts, f, lab, v in node(10.0, 1800)]
+    assert [i.summary for i in replay(samples)] == []
