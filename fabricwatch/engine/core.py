@@ -715,8 +715,12 @@ class Engine:
             self._continue(ep, ep.live, lost, grew, now=now, out=out, may_fall_to_unknown=True)
             return ep
         # Measured on samples, not ticks: a GPU whose next samples are
-        # missing must not look idle for longer than it was seen idle.
-        duration = latest - ep.onset
+        # missing must not look idle for longer than it was seen idle. And
+        # a stall lasts while GPUs stay idle: GPUs idle on one sample each,
+        # at different samples (a pause seen on one GPU's sample, a missed
+        # or swapped sample on another's next), are no stall of two samples.
+        held = max(g.last_sample - g.idle_since for g in bad)
+        duration = min(latest - ep.onset, held)
         if not self._reached(duration, s.min_duration_with_evidence):
             # Evidence before the onset is credited as one poll.
             credit = max(self.tick_s, self.spacing)
@@ -725,10 +729,7 @@ class Engine:
                 self._open_if_preceded(ep, bad, now=now, out=out)
             return ep
         attr, missing = self._score(ep, now)
-        # A stall lasts while GPUs stay idle: GPUs idle on one sample each, at
-        # different samples (a pause seen on one GPU's sample, a swapped
-        # sample on another's next), are no stall of two samples.
-        run = min(latest - ep.run_onset, max(g.last_sample - g.idle_since for g in bad))
+        run = min(latest - ep.run_onset, held)
         if self._reached(run, s.min_duration) or self._strong(ep, attr, now):
             self._open(ep, attr, missing, bad, now=now, out=out)
         return ep

@@ -208,3 +208,30 @@ def test_gpus_idle_on_one_sample_each_at_different_samples_are_no_stall() -> Non
 
     samples = [(ts, f, lab, pause(ts, f, lab, v)) for ts, f, lab, v in node(10.0, 1800)]
     assert [i.summary for i in replay(samples)] == []
+
+
+def test_a_write_burst_over_gpus_idle_on_one_sample_each_opens_no_checkpoint() -> None:
+    # 1 s samples: a 1.5 s evaluation pause with a write burst on a disk.
+    # Half the GPUs' samples see the pause at one second, the others' (their
+    # exporter's offset, a missed sample) at the next: each GPU was idle on
+    # one sample, so the burst must not shorten a stall of two polls.
+    total = {"bytes": 0.0, "ops": 0.0}
+
+    def disk(t: float, out: list[Sample]) -> None:
+        burst = 999.5 <= t <= 1001.5
+        rate, size = (2.5e9, 1 << 20) if burst else (20e6, 32 << 10)
+        total["bytes"] += rate
+        total["ops"] += rate / size
+        out.append((T0 + t + 0.3, sig.ST_WRITE_BYTES, ("nvme1n1",), total["bytes"]))
+        out.append((T0 + t + 0.3, sig.ST_WRITE_OPS, ("nvme1n1",), total["ops"]))
+
+    def pause(ts: float, fam: str, labels: tuple[str, ...], v: float) -> float:
+        t = round(ts - T0 - 0.1)
+        gpu = int(labels[0]) if fam in (sig.GPU_SM, sig.GPU_POWER) else -1
+        hit = (t == 1000 and 0 <= gpu < 4) or (t == 1001 and gpu >= 4)
+        if not hit:
+            return v
+        return 0.002 if fam == sig.GPU_SM else 81.0
+
+    samples = [(ts, f, lab, pause(ts, f, lab, v)) for ts, f, lab, v in node(1.0, 1800, extra=disk)]
+    assert [i.summary for i in replay(samples)] == []
