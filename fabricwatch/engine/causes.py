@@ -48,6 +48,14 @@ class Cause(StrEnum):
         return self in _HALTS
 
     @property
+    def slows(self) -> bool:
+        """Whether evidence of this cause may explain a slowdown (work going
+        on at a lower rate). A checkpoint is the job waiting for its own
+        write: it stalls the GPUs, and a write burst while they go on
+        working slower is someone else's writer, not the job's checkpoint."""
+        return self is not Cause.CHECKPOINT_WRITE
+
+    @property
     def on_node(self) -> bool:
         """Whether a node's own engine can attribute this cause (the fleet-only
         causes come from comparing nodes or from NCCL)."""

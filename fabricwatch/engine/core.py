@@ -482,11 +482,19 @@ class Engine:
                 links = per_link.get(g.gpu, [])
             if self._idled(g, now - w, now):
                 continue
-            traffic = _change(means, links, now, w, chunks, floor=s.nvlink_min_bytes)
             work_series = self.store.get(sig.GPU_SM, (g.gpu,)) or self.store.get(
                 sig.GPU_POWER, (g.gpu,)
             )
-            work = _change(means, [work_series] if work_series is not None else [], now, w, chunks)
+            works = [work_series] if work_series is not None else []
+            # A node replayed (or started) a few windows before the slowdown
+            # has less history than two baseline windows: the windows it
+            # holds, four at least (at 15-30 s spacing two baseline windows
+            # are 10-20 minutes).
+            n = min(chunks, _whole_windows([*links, *works], now, w))
+            if n < _MIN_CHUNKS:
+                continue
+            traffic = _change(means, links, now, w, n, floor=s.nvlink_min_bytes)
+            work = _change(means, works, now, w, n)
             limit = 1.0 - s.slow_ratio
             if (
                 traffic is not None
@@ -665,6 +673,8 @@ class Engine:
         )
         job = [g.gpu for g in self.detector.job_gpus()]
         evidence = collect(ctx, job)
+        if ep.kind == "slowdown":
+            evidence = [e for e in evidence if e.cause.slows]
         missing = missing_groups(self.store, now, s.sample_max_age)
         late_after = ep.onset + max(self.tick_s, 0.5 * self.spacing)
         # Exporters scrape at their own offsets and a rate's first sample of
@@ -817,11 +827,15 @@ class Engine:
         for gpu in sorted(ep.gpus, key=_gpu_order):
             found = self.store.get(sig.GPU_SM, (gpu,)) or self.store.get(sig.GPU_POWER, (gpu,))
             work = [found] if found is not None else []
-            change = _change(self._windows.chunk_means, work, latest, w, chunks)
+            links = self._nvlink(gpu)
+            n = min(chunks, _whole_windows([*links, *work], latest, w))
+            if n < _MIN_CHUNKS:
+                continue
+            change = _change(self._windows.chunk_means, work, latest, w, n)
             if change is not None:
                 ratios.append(change.ratio)
-            traffic = _change(self._trimmed_means, self._nvlink(gpu), latest, w, chunks)
-            level = _change(self._trimmed_means, work, latest, w, chunks)
+            traffic = _change(self._trimmed_means, links, latest, w, n)
+            level = _change(self._trimmed_means, work, latest, w, n)
             if (
                 traffic is not None
                 and traffic.fell(1.0 - s.slow_ratio)
@@ -1225,6 +1239,22 @@ class _Change:
         """Above the history by more than its noise (2-5 %): a few windows of
         a changed mix already in the history must not hide it."""
         return self.ratio > 1.0 + min(0.05, max(0.02, self.noise))
+
+
+_MIN_CHUNKS = 4
+"""Fewest earlier windows a throughput or work change is measured against."""
+
+
+def _whole_windows(series: Sequence[Series], now: float, width: float) -> int:
+    """How many whole ``width`` windows before the latest one every series'
+    history covers."""
+    have = math.inf
+    for x in series:
+        first = next(iter(x.history), None)
+        if first is None:
+            return 0
+        have = min(have, (now - width - first.ts) // width)
+    return 0 if not math.isfinite(have) else max(0, int(have))
 
 
 def _change(

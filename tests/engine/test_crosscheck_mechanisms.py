@@ -235,3 +235,25 @@ def test_a_write_burst_over_gpus_idle_on_one_sample_each_opens_no_checkpoint() -
 
     samples = [(ts, f, lab, pause(ts, f, lab, v)) for ts, f, lab, v in node(1.0, 1800, extra=disk)]
     assert [i.summary for i in replay(samples)] == []
+
+
+def test_a_write_burst_while_work_slows_is_no_checkpoint_slowdown() -> None:
+    # 10 s samples: the job's work dips for a while with a background write
+    # burst on another disk. A checkpoint makes the job wait for its own
+    # write (a stall); while the GPUs go on working slower the writer is
+    # someone else's: no checkpoint_write slowdown.
+    trace, incs = _replay_trace(23044, "none", "noisy", 10.0)
+    assert not trace.truth
+    assert [i.summary for i in incs] == []
+
+
+def test_an_ecn_slowdown_is_found_on_a_node_replayed_minutes_before_it_at_15_s() -> None:
+    # 15 s samples, the trace starts 8 minutes before an ECN slowdown: two
+    # baseline windows of throughput history (10 minutes at 15 s) are not
+    # there yet, the windows that are (four at least) make the baseline.
+    trace, incs = _replay_trace(202053, "ecn_slow", "standard", 15.0)
+    (truth,) = trace.truth
+    assert truth.onset - trace.start < 600
+    assert [(i.kind, i.cause, i.culprit.key) for i in incs] == [
+        ("slowdown", "ecn_congestion", truth.culprits[0])
+    ], [i.summary for i in incs]
