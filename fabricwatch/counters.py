@@ -64,6 +64,43 @@ class TrackerSettings:
     max_hold: float = 5.0
 
 
+@dataclass(frozen=True, slots=True)
+class PolledRates:
+    """One poll's rates of a :class:`FamilyCounters` family.
+
+    Either ``rates`` (one per series, None where there is none), or, when every
+    series' rate covers the same interval - the steady poll, the common case -
+    only the per-second figures: series ``i``'s rate is then
+    ``Rate(per_second[i], *shape)``. A reader that needs only the figures (the
+    store's history) takes them without a ``Rate`` made per series.
+
+    Attributes:
+        per_second: each series' rate per second, or None (then ``rates``).
+        rates: each series' rate, or None (then ``per_second`` and ``shape``).
+        shape: ``(interval, held, gap)`` of every rate in ``per_second``.
+    """
+
+    per_second: list[float] | None
+    rates: list[Rate | None] | None
+    shape: tuple[float, bool, bool] = (0.0, False, False)
+
+    def all(self) -> list[Rate | None]:
+        """Each series' rate (None where there is none)."""
+        rates = self.rates
+        if rates is not None:
+            return rates
+        per_second = self.per_second
+        assert per_second is not None
+        n = len(per_second)
+        interval, held, gap = self.shape
+        return list(
+            map(
+                _rate_of,
+                zip(per_second, repeat(interval, n), repeat(held, n), repeat(gap, n), strict=True),
+            )
+        )
+
+
 class CounterState:
     """Rate state of one counter series; :class:`CounterTracker` keys these by series.
 
@@ -347,6 +384,18 @@ class FamilyCounters:
         for all). Series whose index is in ``skip`` (their sample was invalid)
         get None and keep their state, as if they had not been polled.
         """
+        return self.poll(values, ts, epoch, skip, epochs).all()
+
+    def poll(
+        self,
+        values: Sequence[float],
+        ts: float,
+        epoch: int | None = None,
+        skip: Collection[int] = (),
+        epochs: Sequence[int | None] | None = None,
+    ) -> PolledRates:
+        """:meth:`update`, with the rates as :class:`PolledRates` (the steady poll
+        makes no ``Rate`` per series)."""
         if epochs is not None and epochs and epochs.count(epochs[0]) == len(epochs):
             # Per-series epochs that are all one (every NIC port in its first life):
             # the same as that one epoch for all, and the steady path below applies.
@@ -369,7 +418,7 @@ class FamilyCounters:
         uniform = not skip and epochs is None and len(values) == len(self._value)
         self._common = (ts, epoch) if uniform else None
         steps, dts = self._advance(values, ts, epoch, skip, epochs)
-        return self._rates(steps, ts, dts)
+        return PolledRates(None, self._rates(steps, ts, dts))
 
     def _advance(
         self,
@@ -420,41 +469,47 @@ class FamilyCounters:
             deltas.append(delta)
         return deltas, dts
 
-    def _steady_rates(
-        self, deltas: list[float], ts: float, dt: float, prev: float
-    ) -> list[Rate | None]:
+    def _steady_rates(self, deltas: list[float], ts: float, dt: float, prev: float) -> PolledRates:
         """:meth:`_rates` of the steady poll (every series has a delta over ``dt``,
         since the previous poll at ``prev``).
 
         A series that did not move this poll and had not moved before reads the one
         zero rate of this interval and has no state to update (``_rates`` takes the
         same branch for it); the others go through :meth:`_regular`, or through
-        ``_rates`` one by one when that does not apply.
+        ``_rates`` one by one when that does not apply. Every rate but ``_rates``'
+        covers ``dt``: the result is per-second figures of one shape then.
         """
         n = len(deltas)
-        dts = [dt] * n
-        busy = list(compress(range(n), map(operator.or_, map(bool, deltas), self._moved)))
-        if len(busy) == n:
-            rates = self._regular(deltas, ts, dt, prev, None)
-            return rates if rates is not None else self._rates(deltas, ts, dts)
-        out: list[Rate | None] = [
-            _new_rate(Rate, (0.0, dt, False, dt > self.settings.gap_after))
-        ] * n
-        if busy:
-            moving = [deltas[i] for i in busy]
-            rates = self._regular(moving, ts, dt, prev, busy)
-            if rates is None:
-                rates = self._rates(moving, ts, dts, busy)
-            for i, rate in zip(busy, rates, strict=True):
+        shape = (dt, False, dt > self.settings.gap_after)
+        moved = self._moved
+        n_moved = moved.count(True)
+        if n_moved == n or (n_moved == 0 and deltas.count(0.0) == 0):
+            # Every series busy (moved before, or moves now): one regular pass.
+            per_second = self._regular(deltas, ts, dt, prev, None)
+            if per_second is not None:
+                return PolledRates(per_second, None, shape)
+            return PolledRates(None, self._rates(deltas, ts, [dt] * n))
+        if n_moved == 0 and not any(deltas):
+            return PolledRates([0.0] * n, None, shape)  # an idle family (error counters)
+        busy = list(compress(range(n), map(operator.or_, map(bool, deltas), moved)))
+        moving = [deltas[i] for i in busy]
+        per_second = self._regular(moving, ts, dt, prev, busy)
+        if per_second is not None:
+            out = [0.0] * n
+            for i, rate in zip(busy, per_second, strict=True):
                 out[i] = rate
-        return out
+            return PolledRates(out, None, shape)
+        rates: list[Rate | None] = [_new_rate(Rate, (0.0, *shape))] * n
+        for i, r in zip(busy, self._rates(moving, ts, [dt] * n, busy), strict=True):
+            rates[i] = r
+        return PolledRates(None, rates)
 
     def _regular(
         self, deltas: list[float], ts: float, dt: float, prev: float, rows: list[int] | None
-    ) -> list[Rate | None] | None:
-        """The rates of series that each moved at the previous poll (at ``prev``) and
-        move again now, in C (``map``); None when one of them did not (then
-        :meth:`_rates` decides series by series).
+    ) -> list[float] | None:
+        """The per-second rates (each over ``dt``) of series that each moved at the
+        previous poll (at ``prev``) and move again now, in C (``map``); None when
+        one of them did not (then :meth:`_rates` decides series by series).
 
         For such a series :meth:`_rates` takes one branch: the interval since its
         last change is ``dt`` (within any hold window), the rate is ``delta / dt``,
@@ -475,31 +530,26 @@ class FamilyCounters:
             moved, change, refresh = pick(self._moved), pick(self._change_ts), pick(self._refresh)
         if moved.count(True) != n or change.count(prev) != n or None in refresh:
             return None
-        settings = self.settings
         per_second = list(map(operator.truediv, deltas, repeat(dt, n)))
-        new_refresh: list[float | None] | None = None
-        if dt <= settings.max_hold:
-            known = cast("Sequence[float]", refresh)  # no None (checked above)
-            new_refresh = list(map(min, known, repeat(dt, n)))
+        known = cast("Sequence[float]", refresh)  # no None (checked above)
+        # min(r, dt) is dt only where dt < r: mostly none is (the refresh period
+        # is the shortest interval seen), and then the list stays as it is.
+        lower = dt <= self.settings.max_hold and max(known) > dt
         if rows is None:
             self._change_ts = [ts] * n
-            self._last_rate = per_second
-            if new_refresh is not None:
-                self._refresh = new_refresh
+            self._last_rate = per_second[:]
+            if lower:
+                self._refresh = [dt if dt < r else r for r in known]
         else:
             changes, last_rates, refreshes = self._change_ts, self._last_rate, self._refresh
-            for k, i in enumerate(rows):
+            for i, rate in zip(rows, per_second, strict=True):
                 changes[i] = ts
-                last_rates[i] = per_second[k]
-                if new_refresh is not None:
-                    refreshes[i] = new_refresh[k]
-        gap = dt > settings.gap_after
-        return list(
-            map(
-                _rate_of,
-                zip(per_second, repeat(dt, n), repeat(False, n), repeat(gap, n), strict=True),
-            )
-        )
+                last_rates[i] = rate
+                if lower:
+                    r = refreshes[i]
+                    assert r is not None
+                    refreshes[i] = dt if dt < r else r
+        return per_second
 
     def _rates(
         self,

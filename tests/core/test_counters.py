@@ -345,3 +345,26 @@ def test_family_counters_steady_moving_series_equal_counter_state(
         assert got == want
         assert fam.totals == [s.total for s in singles]
         assert [fam.state(i).refresh for i in range(width)] == [s.refresh for s in singles]
+
+
+def test_steady_poll_gives_per_second_figures_of_one_shape() -> None:
+    """The steady poll of a busy family hands over figures, not a Rate per series;
+    they are the rates update() gives (and CounterState does)."""
+    settings_ = TrackerSettings()
+    fam = FamilyCounters(settings_)
+    singles = [CounterState(0.0, 0.0, 1), CounterState(0.0, 0.0, 1), CounterState(5.0, 0.0, 1)]
+    for i, s in enumerate(singles):
+        fam.add(s.value, 0.0, 1)
+        assert fam.state(i).value == s.value
+    last = None
+    for step in range(1, 6):
+        ts = step * 1.0
+        values = [100.0 * step, 7.0 * step, 5.0]  # two move every poll, one never
+        polled = fam.poll(values, ts, 1)
+        want = [s.update(v, ts, settings_, 64, 1) for s, v in zip(singles, values, strict=True)]
+        assert polled.all() == want
+        last = polled
+    assert last is not None
+    assert last.rates is None
+    assert last.per_second == [100.0, 7.0, 0.0]
+    assert last.shape == (1.0, False, False)
