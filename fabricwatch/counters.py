@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import math
 import operator
+from array import array
 from collections.abc import Collection, Hashable, Sequence
 from dataclasses import dataclass
 from itertools import compress, repeat
@@ -45,6 +46,7 @@ class Rate(NamedTuple):
 _new_rate = tuple.__new__
 """``Rate(...)`` without the Python-level ``__new__`` of NamedTuple (same object)."""
 _rate_of = functools.partial(tuple.__new__, Rate)
+_NO_SHAPE = (0.0, False, False)
 """``Rate`` from one (per_second, interval, held, gap) tuple, called in C by ``map``."""
 
 
@@ -64,9 +66,9 @@ class TrackerSettings:
     max_hold: float = 5.0
 
 
-@dataclass(frozen=True, slots=True)
-class PolledRates:
-    """One poll's rates of a :class:`FamilyCounters` family.
+class PolledRates(NamedTuple):
+    """One poll's rates of a :class:`FamilyCounters` family (a NamedTuple: made per poll
+    and family).
 
     Either ``rates`` (one per series, None where there is none), or, when every
     series' rate covers the same interval - the steady poll, the common case -
@@ -82,7 +84,7 @@ class PolledRates:
 
     per_second: list[float] | None
     rates: list[Rate | None] | None
-    shape: tuple[float, bool, bool] = (0.0, False, False)
+    shape: tuple[float, bool, bool]
 
     def all(self) -> list[Rate | None]:
         """Each series' rate (None where there is none)."""
@@ -99,6 +101,12 @@ class PolledRates:
                 zip(per_second, repeat(interval, n), repeat(held, n), repeat(gap, n), strict=True),
             )
         )
+
+
+_new_polled = tuple.__new__
+"""``PolledRates(...)`` without the Python-level ``__new__`` of NamedTuple."""
+
+_NEG_ZERO = array("d", (-0.0,)).tobytes()
 
 
 class CounterState:
@@ -405,20 +413,37 @@ class FamilyCounters:
             # The steady poll: every series polled at one time with this epoch
             # last time. Deltas, totals and stored values in C (map), when none
             # went backwards (no reset, no wrap).
-            dt = ts - common[0]
+            prev = common[0]
+            dt = ts - prev
             vals = self._value
-            if dt > 0 and len(values) == len(vals):
+            n = len(vals)
+            if dt > 0 and len(values) == n:
+                if values == vals and True not in self._moved and self._zero_deltas_keep_totals():
+                    # An idle family (error counters): every rate is this
+                    # interval's zero and no state but the poll time moves.
+                    self._value = list(values)
+                    self._ts = [ts] * n
+                    self._common = (ts, epoch)
+                    shape = (dt, False, dt > self.settings.gap_after)
+                    return _new_polled(PolledRates, ([0.0] * n, None, shape))
                 deltas = list(map(operator.sub, values, vals))
-                if not deltas or min(deltas) >= 0:
+                lowest = min(deltas) if n else 0.0
+                if lowest >= 0:
                     self._value = list(values)
                     self._total = list(map(operator.add, self._total, deltas))
-                    self._ts = [ts] * len(vals)
+                    self._ts = [ts] * n
                     self._common = (ts, epoch)
-                    return self._steady_rates(deltas, ts, dt, common[0])
+                    return self._steady_rates(deltas, lowest, ts, dt, prev)
         uniform = not skip and epochs is None and len(values) == len(self._value)
         self._common = (ts, epoch) if uniform else None
         steps, dts = self._advance(values, ts, epoch, skip, epochs)
-        return PolledRates(None, self._rates(steps, ts, dts))
+        return _new_polled(PolledRates, (None, self._rates(steps, ts, dts), _NO_SHAPE))
+
+    def _zero_deltas_keep_totals(self) -> bool:
+        """Whether adding a zero delta leaves every total as it is: it does unless a
+        total is -0.0 (-0.0 + 0.0 is 0.0), which the bytes of the totals show (a
+        match across two floats only sends the poll the long way)."""
+        return _NEG_ZERO not in array("d", self._total).tobytes()
 
     def _advance(
         self,
@@ -469,9 +494,11 @@ class FamilyCounters:
             deltas.append(delta)
         return deltas, dts
 
-    def _steady_rates(self, deltas: list[float], ts: float, dt: float, prev: float) -> PolledRates:
+    def _steady_rates(
+        self, deltas: list[float], lowest: float, ts: float, dt: float, prev: float
+    ) -> PolledRates:
         """:meth:`_rates` of the steady poll (every series has a delta over ``dt``,
-        since the previous poll at ``prev``).
+        since the previous poll at ``prev``; ``lowest`` is the smallest delta).
 
         A series that did not move this poll and had not moved before reads the one
         zero rate of this interval and has no state to update (``_rates`` takes the
@@ -483,33 +510,45 @@ class FamilyCounters:
         shape = (dt, False, dt > self.settings.gap_after)
         moved = self._moved
         n_moved = moved.count(True)
-        if n_moved == n or (n_moved == 0 and deltas.count(0.0) == 0):
-            # Every series busy (moved before, or moves now): one regular pass.
-            per_second = self._regular(deltas, ts, dt, prev, None)
-            if per_second is not None:
-                return PolledRates(per_second, None, shape)
-            return PolledRates(None, self._rates(deltas, ts, [dt] * n))
-        if n_moved == 0 and not any(deltas):
-            return PolledRates([0.0] * n, None, shape)  # an idle family (error counters)
+        if n_moved == n:
+            # Every series moved before: regular when each moves again and each
+            # moved at the previous poll (its last change is ``prev``).
+            if lowest > 0 and self._change_ts.count(prev) == n and None not in self._refresh:
+                per_second = self._regular(deltas, ts, dt, None)
+                return _new_polled(PolledRates, (per_second, None, shape))
+            return _new_polled(PolledRates, (None, self._rates(deltas, ts, [dt] * n), _NO_SHAPE))
+        if n_moved == 0:
+            if lowest > 0:  # all move for the first time
+                return _new_polled(
+                    PolledRates, (None, self._rates(deltas, ts, [dt] * n), _NO_SHAPE)
+                )
+            if not any(deltas):
+                return _new_polled(PolledRates, ([0.0] * n, None, shape))
         busy = list(compress(range(n), map(operator.or_, map(bool, deltas), moved)))
         moving = [deltas[i] for i in busy]
-        per_second = self._regular(moving, ts, dt, prev, busy)
-        if per_second is not None:
-            out = [0.0] * n
-            for i, rate in zip(busy, per_second, strict=True):
-                out[i] = rate
-            return PolledRates(out, None, shape)
+        if len(busy) > 1 and min(moving) > 0:
+            pick = operator.itemgetter(*busy)  # >= 2 rows: tuples
+            k = len(busy)
+            if (
+                pick(moved).count(True) == k
+                and pick(self._change_ts).count(prev) == k
+                and None not in pick(self._refresh)
+            ):
+                out = [0.0] * n
+                for i, rate in zip(busy, self._regular(moving, ts, dt, busy), strict=True):
+                    out[i] = rate
+                return _new_polled(PolledRates, (out, None, shape))
         rates: list[Rate | None] = [_new_rate(Rate, (0.0, *shape))] * n
         for i, r in zip(busy, self._rates(moving, ts, [dt] * n, busy), strict=True):
             rates[i] = r
-        return PolledRates(None, rates)
+        return _new_polled(PolledRates, (None, rates, _NO_SHAPE))
 
     def _regular(
-        self, deltas: list[float], ts: float, dt: float, prev: float, rows: list[int] | None
-    ) -> list[float] | None:
+        self, deltas: list[float], ts: float, dt: float, rows: list[int] | None
+    ) -> list[float]:
         """The per-second rates (each over ``dt``) of series that each moved at the
-        previous poll (at ``prev``) and move again now, in C (``map``); None when
-        one of them did not (then :meth:`_rates` decides series by series).
+        previous poll and move again now (every delta > 0, every refresh period
+        known: the caller checks), in C (``map``).
 
         For such a series :meth:`_rates` takes one branch: the interval since its
         last change is ``dt`` (within any hold window), the rate is ``delta / dt``,
@@ -518,37 +557,24 @@ class FamilyCounters:
         ``rows``: the series ``deltas`` are of (default: all, in order).
         """
         n = len(deltas)
-        if not n or min(deltas) <= 0 or (rows is not None and n < 2):
-            return None
-        moved: Sequence[bool]
-        change: Sequence[float]
-        refresh: Sequence[float | None]
-        if rows is None:
-            moved, change, refresh = self._moved, self._change_ts, self._refresh
-        else:
-            pick = operator.itemgetter(*rows)  # n >= 2: tuples
-            moved, change, refresh = pick(self._moved), pick(self._change_ts), pick(self._refresh)
-        if moved.count(True) != n or change.count(prev) != n or None in refresh:
-            return None
         per_second = list(map(operator.truediv, deltas, repeat(dt, n)))
-        known = cast("Sequence[float]", refresh)  # no None (checked above)
-        # min(r, dt) is dt only where dt < r: mostly none is (the refresh period
-        # is the shortest interval seen), and then the list stays as it is.
-        lower = dt <= self.settings.max_hold and max(known) > dt
+        lower = dt <= self.settings.max_hold
         if rows is None:
             self._change_ts = [ts] * n
             self._last_rate = per_second[:]
-            if lower:
-                self._refresh = [dt if dt < r else r for r in known]
-        else:
-            changes, last_rates, refreshes = self._change_ts, self._last_rate, self._refresh
-            for i, rate in zip(rows, per_second, strict=True):
-                changes[i] = ts
-                last_rates[i] = rate
-                if lower:
-                    r = refreshes[i]
-                    assert r is not None
-                    refreshes[i] = dt if dt < r else r
+            refresh = cast("list[float]", self._refresh)  # no None (checked by the caller)
+            # min(r, dt) is dt only where dt < r: mostly none is (the refresh
+            # period is the shortest interval seen), and the list stays as it is.
+            if lower and max(refresh) > dt:
+                self._refresh = [dt if dt < r else r for r in refresh]
+            return per_second
+        changes, last_rates, refreshes = self._change_ts, self._last_rate, self._refresh
+        for i, rate in zip(rows, per_second, strict=True):
+            changes[i] = ts
+            last_rates[i] = rate
+            r = refreshes[i]
+            if lower and r is not None and dt < r:
+                refreshes[i] = dt
         return per_second
 
     def _rates(

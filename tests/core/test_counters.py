@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -368,3 +369,30 @@ def test_steady_poll_gives_per_second_figures_of_one_shape() -> None:
     assert last.rates is None
     assert last.per_second == [100.0, 7.0, 0.0]
     assert last.shape == (1.0, False, False)
+
+
+@pytest.mark.parametrize("first", [[0.0, 0.0, 5.0], [-0.0, 0.0, 5.0], [0, 3, 5.0]])
+def test_idle_family_poll_equals_counter_state_to_the_bit(first: list[float]) -> None:
+    """A family that never moves (error counters) takes a short cut: zero rates and
+    unchanged totals without a delta per series. Its totals are CounterState's
+    bit for bit - also a -0.0 total (kept by a reset to -0.0; -0.0 + 0.0 is 0.0) -
+    and the family goes on the same way when it starts moving."""
+    settings_ = TrackerSettings()
+    fam = FamilyCounters(settings_)
+    singles = [CounterState(v, 0.0, 0) for v in first]
+    for v in first:
+        fam.add(v, 0.0, 0)
+    values = list(first)
+    for step in range(1, 9):
+        if step >= 6:
+            values = [v + 10.0 * step for v in values]
+        epoch = 1  # a reboot at the first poll: each total += the same value again
+        polled = fam.poll(values, float(step), epoch)
+        want = [
+            s.update(v, float(step), settings_, 64, epoch)
+            for s, v in zip(singles, values, strict=True)
+        ]
+        assert polled.all() == want
+        assert [repr(t) for t in fam.totals] == [repr(s.total) for s in singles]
+        if 1 < step < 6:  # idle after the reboot: zero rates of this interval
+            assert polled.per_second == [0.0, 0.0, 0.0]
