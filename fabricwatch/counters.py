@@ -17,7 +17,6 @@ from __future__ import annotations
 import functools
 import math
 import operator
-from array import array
 from collections.abc import Collection, Hashable, Sequence
 from dataclasses import dataclass
 from itertools import compress, repeat
@@ -106,7 +105,9 @@ class PolledRates(NamedTuple):
 _new_polled = tuple.__new__
 """``PolledRates(...)`` without the Python-level ``__new__`` of NamedTuple."""
 
-_NEG_ZERO = array("d", (-0.0,)).tobytes()
+
+def _negative_zero(x: float) -> bool:
+    return x == 0.0 and math.copysign(1.0, x) < 0
 
 
 class CounterState:
@@ -283,6 +284,7 @@ class FamilyCounters:
         "_epoch",
         "_last_rate",
         "_moved",
+        "_negative_zero",
         "_refresh",
         "_total",
         "_ts",
@@ -302,6 +304,10 @@ class FamilyCounters:
         self._last_rate: list[float] = []
         self._total: list[float] = []
         self._moved: list[bool] = []
+        # Whether a total may be -0.0 (from a -0.0 sample: absurd, but finite and
+        # not negative): a zero delta would turn it into 0.0, so the idle poll's
+        # short cut (totals left as they are) is off then.
+        self._negative_zero = False
         # (ts, epoch) when every series was last polled at ts with that epoch: the
         # next poll may take the steady path (see _steady).
         self._common: tuple[float, int | None] | None = None
@@ -376,6 +382,8 @@ class FamilyCounters:
         self._last_rate.append(last_rate)
         self._total.append(total)
         self._moved.append(moved)
+        if _negative_zero(total):
+            self._negative_zero = True
         return len(self._value) - 1
 
     def update(
@@ -418,7 +426,7 @@ class FamilyCounters:
             vals = self._value
             n = len(vals)
             if dt > 0 and len(values) == n:
-                if values == vals and True not in self._moved and self._zero_deltas_keep_totals():
+                if values == vals and True not in self._moved and not self._negative_zero:
                     # An idle family (error counters): every rate is this
                     # interval's zero and no state but the poll time moves.
                     self._value = list(values)
@@ -438,12 +446,6 @@ class FamilyCounters:
         self._common = (ts, epoch) if uniform else None
         steps, dts = self._advance(values, ts, epoch, skip, epochs)
         return _new_polled(PolledRates, (None, self._rates(steps, ts, dts), _NO_SHAPE))
-
-    def _zero_deltas_keep_totals(self) -> bool:
-        """Whether adding a zero delta leaves every total as it is: it does unless a
-        total is -0.0 (-0.0 + 0.0 is 0.0), which the bytes of the totals show (a
-        match across two floats only sends the poll the long way)."""
-        return _NEG_ZERO not in array("d", self._total).tobytes()
 
     def _advance(
         self,
@@ -484,6 +486,8 @@ class FamilyCounters:
                 moved[i] = False
                 last_rates[i] = 0.0
                 totals[i] += value
+                if _negative_zero(totals[i]):  # -0.0 + -0.0 (the only way to a new -0.0)
+                    self._negative_zero = True
                 deltas.append(None)
                 continue
             if delta < 0:
