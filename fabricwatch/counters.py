@@ -45,8 +45,9 @@ class Rate(NamedTuple):
 _new_rate = tuple.__new__
 """``Rate(...)`` without the Python-level ``__new__`` of NamedTuple (same object)."""
 _rate_of = functools.partial(tuple.__new__, Rate)
-_NO_SHAPE = (0.0, False, False)
 """``Rate`` from one (per_second, interval, held, gap) tuple, called in C by ``map``."""
+_NO_SHAPE = (0.0, False, False)
+"""The shape of :class:`PolledRates` that hold ``rates`` (unused there)."""
 
 
 @dataclass(frozen=True, slots=True)
