@@ -251,7 +251,7 @@ def test_steady_columns_equal_single_readings_through_the_store(
         s.register("gpu", SPECS)
     by_columns, by_readings = stores
     width = idle + moving
-    labels = [("0", str(i)) for i in range(width)]
+    labels: list[tuple[str, ...]] = [("0", str(i)) for i in range(width)]
     values = [float(1000 * i) for i in range(width)]
     builders = {spec.name: ColumnsBuilder(spec.name) for spec in SPECS}
     now, epoch = 10.0, 0
