@@ -46,6 +46,8 @@ _new_rate = tuple.__new__
 """``Rate(...)`` without the Python-level ``__new__`` of NamedTuple (same object)."""
 _rate_of = functools.partial(tuple.__new__, Rate)
 """``Rate`` from one (per_second, interval, held, gap) tuple, called in C by ``map``."""
+_NO_SHAPE = (0.0, False, False)
+"""The shape of :class:`PolledRates` that hold ``rates`` (unused there)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +64,51 @@ class TrackerSettings:
     gap_after: float = 10.0
     hold_factor: float = 2.0
     max_hold: float = 5.0
+
+
+class PolledRates(NamedTuple):
+    """One poll's rates of a :class:`FamilyCounters` family (a NamedTuple: made per poll
+    and family).
+
+    Either ``rates`` (one per series, None where there is none), or, when every
+    series' rate covers the same interval - the steady poll, the common case -
+    only the per-second figures: series ``i``'s rate is then
+    ``Rate(per_second[i], *shape)``. A reader that needs only the figures (the
+    store's history) takes them without a ``Rate`` made per series.
+
+    Attributes:
+        per_second: each series' rate per second, or None (then ``rates``).
+        rates: each series' rate, or None (then ``per_second`` and ``shape``).
+        shape: ``(interval, held, gap)`` of every rate in ``per_second``.
+    """
+
+    per_second: list[float] | None
+    rates: list[Rate | None] | None
+    shape: tuple[float, bool, bool]
+
+    def all(self) -> list[Rate | None]:
+        """Each series' rate (None where there is none)."""
+        rates = self.rates
+        if rates is not None:
+            return rates
+        per_second = self.per_second
+        assert per_second is not None
+        n = len(per_second)
+        interval, held, gap = self.shape
+        return list(
+            map(
+                _rate_of,
+                zip(per_second, repeat(interval, n), repeat(held, n), repeat(gap, n), strict=True),
+            )
+        )
+
+
+_new_polled = tuple.__new__
+"""``PolledRates(...)`` without the Python-level ``__new__`` of NamedTuple."""
+
+
+def _negative_zero(x: float) -> bool:
+    return x == 0.0 and math.copysign(1.0, x) < 0
 
 
 class CounterState:
@@ -238,6 +285,7 @@ class FamilyCounters:
         "_epoch",
         "_last_rate",
         "_moved",
+        "_negative_zero",
         "_refresh",
         "_total",
         "_ts",
@@ -257,6 +305,10 @@ class FamilyCounters:
         self._last_rate: list[float] = []
         self._total: list[float] = []
         self._moved: list[bool] = []
+        # Whether a total may be -0.0 (from a -0.0 sample: absurd, but finite and
+        # not negative): a zero delta would turn it into 0.0, so the idle poll's
+        # short cut (totals left as they are) is off then.
+        self._negative_zero = False
         # (ts, epoch) when every series was last polled at ts with that epoch: the
         # next poll may take the steady path (see _steady).
         self._common: tuple[float, int | None] | None = None
@@ -331,6 +383,8 @@ class FamilyCounters:
         self._last_rate.append(last_rate)
         self._total.append(total)
         self._moved.append(moved)
+        if _negative_zero(total):
+            self._negative_zero = True
         return len(self._value) - 1
 
     def update(
@@ -347,6 +401,18 @@ class FamilyCounters:
         for all). Series whose index is in ``skip`` (their sample was invalid)
         get None and keep their state, as if they had not been polled.
         """
+        return self.poll(values, ts, epoch, skip, epochs).all()
+
+    def poll(
+        self,
+        values: Sequence[float],
+        ts: float,
+        epoch: int | None = None,
+        skip: Collection[int] = (),
+        epochs: Sequence[int | None] | None = None,
+    ) -> PolledRates:
+        """:meth:`update`, with the rates as :class:`PolledRates` (the steady poll
+        makes no ``Rate`` per series)."""
         if epochs is not None and epochs and epochs.count(epochs[0]) == len(epochs):
             # Per-series epochs that are all one (every NIC port in its first life):
             # the same as that one epoch for all, and the steady path below applies.
@@ -356,20 +422,31 @@ class FamilyCounters:
             # The steady poll: every series polled at one time with this epoch
             # last time. Deltas, totals and stored values in C (map), when none
             # went backwards (no reset, no wrap).
-            dt = ts - common[0]
+            prev = common[0]
+            dt = ts - prev
             vals = self._value
-            if dt > 0 and len(values) == len(vals):
+            n = len(vals)
+            if dt > 0 and len(values) == n:
+                if values == vals and True not in self._moved and not self._negative_zero:
+                    # An idle family (error counters): every rate is this
+                    # interval's zero and no state but the poll time moves.
+                    self._value = list(values)
+                    self._ts = [ts] * n
+                    self._common = (ts, epoch)
+                    shape = (dt, False, dt > self.settings.gap_after)
+                    return _new_polled(PolledRates, ([0.0] * n, None, shape))
                 deltas = list(map(operator.sub, values, vals))
-                if not deltas or min(deltas) >= 0:
+                lowest = min(deltas) if n else 0.0
+                if lowest >= 0:
                     self._value = list(values)
                     self._total = list(map(operator.add, self._total, deltas))
-                    self._ts = [ts] * len(vals)
+                    self._ts = [ts] * n
                     self._common = (ts, epoch)
-                    return self._steady_rates(deltas, ts, dt, common[0])
+                    return self._steady_rates(deltas, lowest, ts, dt, prev)
         uniform = not skip and epochs is None and len(values) == len(self._value)
         self._common = (ts, epoch) if uniform else None
         steps, dts = self._advance(values, ts, epoch, skip, epochs)
-        return self._rates(steps, ts, dts)
+        return _new_polled(PolledRates, (None, self._rates(steps, ts, dts), _NO_SHAPE))
 
     def _advance(
         self,
@@ -410,6 +487,8 @@ class FamilyCounters:
                 moved[i] = False
                 last_rates[i] = 0.0
                 totals[i] += value
+                if _negative_zero(totals[i]):  # -0.0 + -0.0 (the only way to a new -0.0)
+                    self._negative_zero = True
                 deltas.append(None)
                 continue
             if delta < 0:
@@ -421,40 +500,60 @@ class FamilyCounters:
         return deltas, dts
 
     def _steady_rates(
-        self, deltas: list[float], ts: float, dt: float, prev: float
-    ) -> list[Rate | None]:
+        self, deltas: list[float], lowest: float, ts: float, dt: float, prev: float
+    ) -> PolledRates:
         """:meth:`_rates` of the steady poll (every series has a delta over ``dt``,
-        since the previous poll at ``prev``).
+        since the previous poll at ``prev``; ``lowest`` is the smallest delta).
 
         A series that did not move this poll and had not moved before reads the one
         zero rate of this interval and has no state to update (``_rates`` takes the
         same branch for it); the others go through :meth:`_regular`, or through
-        ``_rates`` one by one when that does not apply.
+        ``_rates`` one by one when that does not apply. Every rate but ``_rates``'
+        covers ``dt``: the result is per-second figures of one shape then.
         """
         n = len(deltas)
-        dts = [dt] * n
-        busy = list(compress(range(n), map(operator.or_, map(bool, deltas), self._moved)))
-        if len(busy) == n:
-            rates = self._regular(deltas, ts, dt, prev, None)
-            return rates if rates is not None else self._rates(deltas, ts, dts)
-        out: list[Rate | None] = [
-            _new_rate(Rate, (0.0, dt, False, dt > self.settings.gap_after))
-        ] * n
-        if busy:
-            moving = [deltas[i] for i in busy]
-            rates = self._regular(moving, ts, dt, prev, busy)
-            if rates is None:
-                rates = self._rates(moving, ts, dts, busy)
-            for i, rate in zip(busy, rates, strict=True):
-                out[i] = rate
-        return out
+        shape = (dt, False, dt > self.settings.gap_after)
+        moved = self._moved
+        n_moved = moved.count(True)
+        if n_moved == n:
+            # Every series moved before: regular when each moves again and each
+            # moved at the previous poll (its last change is ``prev``).
+            if lowest > 0 and self._change_ts.count(prev) == n and None not in self._refresh:
+                per_second = self._regular(deltas, ts, dt, None)
+                return _new_polled(PolledRates, (per_second, None, shape))
+            return _new_polled(PolledRates, (None, self._rates(deltas, ts, [dt] * n), _NO_SHAPE))
+        if n_moved == 0:
+            if lowest > 0:  # all move for the first time
+                return _new_polled(
+                    PolledRates, (None, self._rates(deltas, ts, [dt] * n), _NO_SHAPE)
+                )
+            if not any(deltas):
+                return _new_polled(PolledRates, ([0.0] * n, None, shape))
+        busy = list(compress(range(n), map(operator.or_, map(bool, deltas), moved)))
+        moving = [deltas[i] for i in busy]
+        if len(busy) > 1 and min(moving) > 0:
+            pick = operator.itemgetter(*busy)  # >= 2 rows: tuples
+            k = len(busy)
+            if (
+                pick(moved).count(True) == k
+                and pick(self._change_ts).count(prev) == k
+                and None not in pick(self._refresh)
+            ):
+                out = [0.0] * n
+                for i, rate in zip(busy, self._regular(moving, ts, dt, busy), strict=True):
+                    out[i] = rate
+                return _new_polled(PolledRates, (out, None, shape))
+        rates: list[Rate | None] = [_new_rate(Rate, (0.0, *shape))] * n
+        for i, r in zip(busy, self._rates(moving, ts, [dt] * n, busy), strict=True):
+            rates[i] = r
+        return _new_polled(PolledRates, (None, rates, _NO_SHAPE))
 
     def _regular(
-        self, deltas: list[float], ts: float, dt: float, prev: float, rows: list[int] | None
-    ) -> list[Rate | None] | None:
-        """The rates of series that each moved at the previous poll (at ``prev``) and
-        move again now, in C (``map``); None when one of them did not (then
-        :meth:`_rates` decides series by series).
+        self, deltas: list[float], ts: float, dt: float, rows: list[int] | None
+    ) -> list[float]:
+        """The per-second rates (each over ``dt``) of series that each moved at the
+        previous poll and move again now (every delta > 0, every refresh period
+        known: the caller checks), in C (``map``).
 
         For such a series :meth:`_rates` takes one branch: the interval since its
         last change is ``dt`` (within any hold window), the rate is ``delta / dt``,
@@ -463,43 +562,25 @@ class FamilyCounters:
         ``rows``: the series ``deltas`` are of (default: all, in order).
         """
         n = len(deltas)
-        if not n or min(deltas) <= 0 or (rows is not None and n < 2):
-            return None
-        moved: Sequence[bool]
-        change: Sequence[float]
-        refresh: Sequence[float | None]
-        if rows is None:
-            moved, change, refresh = self._moved, self._change_ts, self._refresh
-        else:
-            pick = operator.itemgetter(*rows)  # n >= 2: tuples
-            moved, change, refresh = pick(self._moved), pick(self._change_ts), pick(self._refresh)
-        if moved.count(True) != n or change.count(prev) != n or None in refresh:
-            return None
-        settings = self.settings
         per_second = list(map(operator.truediv, deltas, repeat(dt, n)))
-        new_refresh: list[float | None] | None = None
-        if dt <= settings.max_hold:
-            known = cast("Sequence[float]", refresh)  # no None (checked above)
-            new_refresh = list(map(min, known, repeat(dt, n)))
+        lower = dt <= self.settings.max_hold
         if rows is None:
             self._change_ts = [ts] * n
-            self._last_rate = per_second
-            if new_refresh is not None:
-                self._refresh = new_refresh
-        else:
-            changes, last_rates, refreshes = self._change_ts, self._last_rate, self._refresh
-            for k, i in enumerate(rows):
-                changes[i] = ts
-                last_rates[i] = per_second[k]
-                if new_refresh is not None:
-                    refreshes[i] = new_refresh[k]
-        gap = dt > settings.gap_after
-        return list(
-            map(
-                _rate_of,
-                zip(per_second, repeat(dt, n), repeat(False, n), repeat(gap, n), strict=True),
-            )
-        )
+            self._last_rate = per_second[:]
+            refresh = cast("list[float]", self._refresh)  # no None (checked by the caller)
+            # min(r, dt) is dt only where dt < r: mostly none is (the refresh
+            # period is the shortest interval seen), and the list stays as it is.
+            if lower and max(refresh) > dt:
+                self._refresh = [dt if dt < r else r for r in refresh]
+            return per_second
+        changes, last_rates, refreshes = self._change_ts, self._last_rate, self._refresh
+        for i, rate in zip(rows, per_second, strict=True):
+            changes[i] = ts
+            last_rates[i] = rate
+            r = refreshes[i]
+            if lower and r is not None and dt < r:
+                refreshes[i] = dt
+        return per_second
 
     def _rates(
         self,

@@ -99,9 +99,13 @@ class Reading(NamedTuple):
     histogram: HistogramValue | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Columns:
     """One family's samples of one cycle: ``values[i]`` is the sample of series ``labels[i]``.
+
+    Not frozen, though no reader changes one: a frozen dataclass's ``__init__``
+    sets each field through ``object.__setattr__``, which made a ``Columns``
+    cost about four times as much (one per family and cycle).
 
     Attributes:
         name: the family's :attr:`MetricSpec.name`.

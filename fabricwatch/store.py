@@ -159,10 +159,22 @@ class Series:
     ring: array[float] | None
     head: int = 0
     full: bool = False
-    rate: Rate | None = None
+    # The latest rate, or (the steady column path) only its per-second figure,
+    # the rest of it in ``_shape``: no Rate is made per series and poll for a
+    # field the daemon itself hardly reads (see the ``rate`` property).
+    _rate: Rate | float | None = None
     histogram: HistogramValue | None = None
     counter: CounterState | None = None
     text_prefix: str | None = None
+    _shape: tuple[float, bool, bool] = (0.0, False, False)
+
+    @property
+    def rate(self) -> Rate | None:
+        """A counter's latest rate (None for gauges or before two samples)."""
+        r = self._rate
+        if isinstance(r, float):
+            return Rate(r, *self._shape)
+        return r
 
     @property
     def history(self) -> History:
@@ -186,6 +198,8 @@ class _ColumnState:
     labels: tuple[tuple[str, ...], ...] | None
     series: list[Series]
     counters: FamilyCounters | None
+    rings: bool = True
+    """Whether any of ``series`` keeps a history ring (a series' ring never comes or goes)."""
 
 
 @dataclass(slots=True)
@@ -366,7 +380,7 @@ class SnapshotStore:
                 else:
                     rate = cs.update(value, ts, tracker, bits, epoch)
                 s.value = cs.total
-                s.rate = rate
+                s._rate = rate
                 if rate is None:
                     continue
                 point = rate.per_second
@@ -445,7 +459,7 @@ class SnapshotStore:
                 rate = rates[i]
                 if not (bad and i in bad):
                     s.value = totals[i]
-                    s.rate = rate
+                    s._rate = rate
                 points.append(None if rate is None else rate[0])
             self._write_points(series, points, ts, bad)
         else:
@@ -455,34 +469,86 @@ class SnapshotStore:
             self._write_points(series, values, ts, bad)
 
     def _steady_columns(self, st: _ColumnState, col: Columns, ts: float, is_counter: bool) -> None:
-        """:meth:`_ingest_columns` when every value is valid: for counters the value,
-        rate and ring write of each series in one loop (the per-point work of
-        :meth:`_write_points`)."""
+        """:meth:`_ingest_columns` when every value is valid: the value, rate and ring
+        write of each series in one loop (the per-point work of :meth:`_write_points`;
+        without the ring write where no series of the family keeps history)."""
         ring_floats = 2 * self._history
         series = st.series
-        if is_counter:
-            fc = st.counters
-            assert fc is not None
-            rates = fc.update(col.values, ts, col.epoch, (), col.epochs)
-            for s, rate, total in zip(series, rates, fc.totals, strict=True):
-                s.value = total
-                s.rate = rate
+        if not is_counter:
+            if not st.rings:
+                for s, value in zip(series, col.values, strict=True):
+                    s.value = value
+                    s.updated = ts
+                return
+            for s, value in zip(series, col.values, strict=True):
+                s.value = value
                 s.updated = ts
                 ring = s.ring
-                if rate is None or ring is None:
+                if ring is None:
                     continue
                 h = s.head
                 ring[h] = ts
-                ring[h + 1] = rate[0]
+                ring[h + 1] = value
                 h += 2
                 if h == ring_floats:
                     h = 0
                     s.full = True
                 s.head = h
             return
-        for s, value in zip(series, col.values, strict=True):
-            s.value = value
-        self._write_points(series, col.values, ts, ())
+        fc = st.counters
+        assert fc is not None
+        polled = fc.poll(col.values, ts, col.epoch, (), col.epochs)
+        per_second = polled.per_second
+        if per_second is None:
+            assert polled.rates is not None
+            self._counter_rates(st, polled.rates, fc.totals, ts)
+            return
+        # Every series has a rate of one shape: its figure is the point.
+        shape = polled.shape
+        if not st.rings:
+            for s, point, total in zip(series, per_second, fc.totals, strict=True):
+                s.value = total
+                s._rate = point
+                s._shape = shape
+                s.updated = ts
+            return
+        for s, point, total in zip(series, per_second, fc.totals, strict=True):
+            s.value = total
+            s._rate = point
+            s._shape = shape
+            s.updated = ts
+            ring = s.ring
+            if ring is None:
+                continue
+            h = s.head
+            ring[h] = ts
+            ring[h + 1] = point
+            h += 2
+            if h == ring_floats:
+                h = 0
+                s.full = True
+            s.head = h
+
+    def _counter_rates(
+        self, st: _ColumnState, rates: list[Rate | None], totals: list[float], ts: float
+    ) -> None:
+        """:meth:`_steady_columns` for rates made one by one (some None, or held)."""
+        ring_floats = 2 * self._history
+        for s, rate, total in zip(st.series, rates, totals, strict=True):
+            s.value = total
+            s._rate = rate
+            s.updated = ts
+            ring = s.ring
+            if rate is None or ring is None:
+                continue
+            h = s.head
+            ring[h] = ts
+            ring[h + 1] = rate[0]
+            h += 2
+            if h == ring_floats:
+                h = 0
+                s.full = True
+            s.head = h
 
     def _write_points(
         self,
@@ -578,7 +644,7 @@ class SnapshotStore:
                 if s_id not in kept:
                     gone = old.series[row]
                     gone.counter = old.counters.state(row)
-        return _ColumnState(col.labels, series, fc)
+        return _ColumnState(col.labels, series, fc, any(s.ring is not None for s in series))
 
     def expire(self, now: float) -> int:
         """Drop series not updated for ``stale_after`` seconds; return how many."""

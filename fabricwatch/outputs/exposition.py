@@ -37,6 +37,8 @@ from fabricwatch.readings import MetricKind, MetricSpec
 from fabricwatch.store import Series, SnapshotStore
 from fabricwatch.supervisor import CollectorState
 
+_INF = math.inf
+
 _go_float = cast(Callable[[float], str], floatToGoString)
 """prometheus_client's value formatting (untyped upstream)."""
 
@@ -119,9 +121,14 @@ class StoreExporter:
                 prefix = s.text_prefix
                 if prefix is None:
                     prefix = s.text_prefix = _prefix(sample_name, spec, s.labels)
-                add(prefix)
-                add(go_float(s.value))
-                add("\n")
+                v = s.value
+                # floatToGoString is repr() for a float below 1e6 that is not -Inf
+                # or NaN (Go's exponent form starts at 1e6): most values, without
+                # the call.
+                if v.__class__ is float and -_INF < v < 1e6:
+                    add(f"{prefix}{v!r}\n")
+                else:
+                    add(f"{prefix}{go_float(v)}\n")
         return "".join(out)
 
     def describe(self) -> Iterable[Metric]:

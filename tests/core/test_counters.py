@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -345,3 +346,53 @@ def test_family_counters_steady_moving_series_equal_counter_state(
         assert got == want
         assert fam.totals == [s.total for s in singles]
         assert [fam.state(i).refresh for i in range(width)] == [s.refresh for s in singles]
+
+
+def test_steady_poll_gives_per_second_figures_of_one_shape() -> None:
+    """The steady poll of a busy family hands over figures, not a Rate per series;
+    they are the rates update() gives (and CounterState does)."""
+    settings_ = TrackerSettings()
+    fam = FamilyCounters(settings_)
+    singles = [CounterState(0.0, 0.0, 1), CounterState(0.0, 0.0, 1), CounterState(5.0, 0.0, 1)]
+    for i, s in enumerate(singles):
+        fam.add(s.value, 0.0, 1)
+        assert fam.state(i).value == s.value
+    last = None
+    for step in range(1, 6):
+        ts = step * 1.0
+        values = [100.0 * step, 7.0 * step, 5.0]  # two move every poll, one never
+        polled = fam.poll(values, ts, 1)
+        want = [s.update(v, ts, settings_, 64, 1) for s, v in zip(singles, values, strict=True)]
+        assert polled.all() == want
+        last = polled
+    assert last is not None
+    assert last.rates is None
+    assert last.per_second == [100.0, 7.0, 0.0]
+    assert last.shape == (1.0, False, False)
+
+
+@pytest.mark.parametrize("first", [[0.0, 0.0, 5.0], [-0.0, 0.0, 5.0], [0, 3, 5.0]])
+def test_idle_family_poll_equals_counter_state_to_the_bit(first: list[float]) -> None:
+    """A family that never moves (error counters) takes a short cut: zero rates and
+    unchanged totals without a delta per series. Its totals are CounterState's
+    bit for bit - also a -0.0 total (kept by a reset to -0.0; -0.0 + 0.0 is 0.0) -
+    and the family goes on the same way when it starts moving."""
+    settings_ = TrackerSettings()
+    fam = FamilyCounters(settings_)
+    singles = [CounterState(v, 0.0, 0) for v in first]
+    for v in first:
+        fam.add(v, 0.0, 0)
+    values = list(first)
+    for step in range(1, 9):
+        if step >= 6:
+            values = [v + 10.0 * step for v in values]
+        epoch = 1  # a reboot at the first poll: each total += the same value again
+        polled = fam.poll(values, float(step), epoch)
+        want = [
+            s.update(v, float(step), settings_, 64, epoch)
+            for s, v in zip(singles, values, strict=True)
+        ]
+        assert polled.all() == want
+        assert [repr(t) for t in fam.totals] == [repr(s.total) for s in singles]
+        if 1 < step < 6:  # idle after the reboot: zero rates of this interval
+            assert polled.per_second == [0.0, 0.0, 0.0]

@@ -178,3 +178,18 @@ def test_text_scrapes_negotiate_the_cached_path_and_openmetrics_the_library() ->
     assert choose_encoder("")[0] is generate_text
     encoder, content_type = choose_encoder("application/openmetrics-text;version=1.0.0")
     assert encoder is not generate_text and content_type.startswith("application/openmetrics-text")
+
+
+def test_cached_text_path_formats_values_as_prometheus_client_at_the_edges() -> None:
+    """The cached path writes repr() itself below 1e6 and leaves the rest (Go's
+    exponent form from 1e6 on, ints, bools) to prometheus_client: the same bytes
+    at each edge."""
+    edges = [-0.0, 0.0, 5e-324, 999999.9999999999, 1e6, 1234567.0, 1e16, -1e6, -2.5e300, 7, True]
+    store = SnapshotStore()
+    g = MetricSpec("fabricwatch_t_edge", MetricKind.GAUGE, "e", ("i",))
+    store.register("fake", [g])
+    store.ingest("fake", [Reading(g.name, (str(i),), v) for i, v in enumerate(edges)], 0.0)
+    fast, reference = _both(store)
+    assert fast == reference
+    assert b'fabricwatch_t_edge{i="4"} 1e+06\n' in fast
+    assert b'fabricwatch_t_edge{i="0"} -0.0\n' in fast

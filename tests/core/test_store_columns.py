@@ -217,3 +217,64 @@ def test_a_series_twice_in_one_column_is_taken_as_single_readings() -> None:
         by_columns.ingest("gpu", Batch([], [cols]), float(now))
         by_readings.ingest("gpu", list(cols.readings()), float(now))
         assert _snapshot(by_columns) == _snapshot(by_readings)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    idle=st.integers(0, 3),
+    moving=st.integers(1, 4),
+    polls=st.lists(
+        st.tuples(
+            st.sampled_from([1.0, 0.999, 1.001, 0.5, 3.0, 12.0]),  # jittered spacing, gaps
+            st.integers(-1, 3),  # a moving series that stays still this poll (-1: none)
+            st.sampled_from(["ok", "ok", "ok", "ok", "nan", "absent", "reboot"]),
+        ),
+        min_size=2,
+        max_size=40,
+    ),
+    history_of=st.sampled_from([None, (C64.name, G.name), ()]),
+)
+def test_steady_columns_equal_single_readings_through_the_store(
+    idle: int,
+    moving: int,
+    polls: list[tuple[float, int, str]],
+    history_of: tuple[str, ...] | None,
+) -> None:
+    """Byte counters that move every poll next to error counters that never move:
+    the steady path (one rate shape for the whole family, no Rate made per series;
+    families with and without history) gives what single readings give, also when
+    a poll brings an invalid sample, a missing series or a reboot in between."""
+    stores = [
+        SnapshotStore(history=5, stale_after=30.0, history_families=history_of) for _ in range(2)
+    ]
+    for s in stores:
+        s.register("gpu", SPECS)
+    by_columns, by_readings = stores
+    width = idle + moving
+    labels: list[tuple[str, ...]] = [("0", str(i)) for i in range(width)]
+    values = [float(1000 * i) for i in range(width)]
+    builders = {spec.name: ColumnsBuilder(spec.name) for spec in SPECS}
+    now, epoch = 10.0, 0
+    for dt, still, event in polls:
+        now += dt
+        epoch += event == "reboot"
+        for k in range(moving):
+            if k != still:
+                values[idle + k] += 4096.0 * (k + 1) + dt
+        sent = list(values)
+        sent_labels = list(labels)
+        if event == "nan":
+            sent[0] = math.nan
+        elif event == "absent":
+            del sent[0], sent_labels[0]
+        columns = [
+            builders[spec.name].columns(
+                sent_labels, sent, None if spec.kind is MetricKind.GAUGE else epoch
+            )
+            for spec in SPECS
+        ]
+        singles = [r for c in columns for r in c.readings()]
+        got = by_columns.ingest("gpu", Batch([], columns), now)
+        want = by_readings.ingest("gpu", singles, now)
+        assert (got.accepted, got.reasons) == (want.accepted, want.reasons)
+        assert _snapshot(by_columns) == _snapshot(by_readings)
