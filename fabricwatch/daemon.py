@@ -51,7 +51,7 @@ from fabricwatch.outputs.web import Route, WebServer
 from fabricwatch.sdnotify import Notifier
 from fabricwatch.settings import parse_duration
 from fabricwatch.store import SnapshotStore
-from fabricwatch.supervisor import StartupFailedError, Supervisor
+from fabricwatch.supervisor import StartupFailedError, Supervisor, grid_time
 from fabricwatch.webconfig import WebConfig, load_web_config
 
 GC_YOUNG_THRESHOLD = 100_000
@@ -451,7 +451,8 @@ class Daemon:
 
     async def _tick_loop(self) -> None:
         tick = self.config.daemon.tick
-        next_at = self._monotonic()
+        # On the collectors' grid: their wake-ups serve the tick too.
+        next_at = grid_time(self._monotonic(), tick)
         while True:
             now = self._monotonic()
             self.store.expire(now)

@@ -12,11 +12,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from fabricwatch.clock import Clock
 from fabricwatch.collector import Collector, CollectorSettings, StartupPolicy
 from fabricwatch.errors import SourceAbsentError
 from fabricwatch.readings import MetricKind, MetricSpec, Reading
 from fabricwatch.store import SnapshotStore
-from fabricwatch.supervisor import StartupFailedError, Supervisor, backoff_delay
+from fabricwatch.supervisor import StartupFailedError, Supervisor, backoff_delay, grid_time
 
 
 @dataclass
@@ -180,23 +181,48 @@ async def test_absent_source_is_down_with_reason_absent_and_logged_quietly() -> 
     assert not [e for e in logs if e["event"] == "collector_failed"]
 
 
-async def test_collectors_are_spread_over_the_interval_after_their_first_collection() -> None:
-    interval = 0.4
+class _StillClock:
+    """A monotonic clock that stands still, and a sleep that records when each task
+    planned to wake (then yields briefly): the plans are the supervisor's grid."""
+
+    def __init__(self, t: float) -> None:
+        self.t = t
+        self.plans: dict[str, list[float]] = {}
+
+    def monotonic(self) -> float:
+        return self.t
+
+    async def sleep(self, seconds: float) -> None:
+        name = asyncio.current_task().get_name()  # type: ignore[union-attr]
+        self.plans.setdefault(name, []).append(self.t + seconds)
+        await asyncio.sleep(0.001)
+
+
+async def test_collectors_of_one_interval_share_the_grid_after_their_first_collection() -> None:
+    """After its first collection every collector plans on the multiples of its interval
+    (as the daemon's tick does), so loops of one interval wake the event loop once."""
+    still = _StillClock(1000.3)
     cs = [FakeCollector(f"c{i}") for i in range(4)]
-    sup = Supervisor(SnapshotStore())
+    sup = Supervisor(SnapshotStore(), clock=Clock(still.monotonic, time.time, still.sleep))
     for c in cs:
-        sup.add(c, _settings(interval))
+        sup.add(c, _settings(1.0))
     await sup.start()
     for _ in range(200):
-        if all(len(c.calls) >= 3 for c in cs):
+        if all(len(still.plans.get(f"collector:{c.name}", ())) >= 3 for c in cs):
             break
-        await asyncio.sleep(0.02)
+        await asyncio.sleep(0.005)
     await sup.stop()
-    # The second collections are offset by i/4 of the interval, in order.
-    second = [c.calls[1] for c in cs]
-    assert second == sorted(second)
-    gaps = [b - a for a, b in itertools.pairwise(second)]
-    assert all(g >= 0.9 * interval / 4 for g in gaps), gaps
+    for c in cs:
+        plans = still.plans[f"collector:{c.name}"]
+        # 1000.3 + 1 s, up to the next whole second; then a second apart.
+        assert plans[:3] == pytest.approx([1002.0, 1003.0, 1004.0]), c.name
+
+
+def test_grid_time_is_the_next_multiple_of_the_interval() -> None:
+    assert grid_time(1000.3, 1.0) == 1001.0
+    assert grid_time(1001.0, 1.0) == 1001.0
+    assert grid_time(7.1, 2.5) == 7.5
+    assert grid_time(7.1, 0.0) == 7.1
 
 
 class _Rows:
