@@ -218,21 +218,23 @@ _NUMBER = (
     + b")"
 )
 _VALUE_BYTES = operator.itemgetter(slice(1, None))
-_PATTERN_CAP = 256
-"""Compiled varbind-list patterns a names cache keeps (one per sequence of name lengths)."""
+_PATTERN_CAP = 64
+"""Compiled varbind patterns a names cache keeps (one per set of name lengths)."""
 
 
 class Names:
     """A request's names as their BER encodings (tag, length, body), in request order,
     and what a response echoing them is checked with.
 
-    ``pattern`` matches a VarBindList of varbinds with names of these lengths, each a
-    number in its common form: one regex match (in C) gives each varbind's length,
-    name and value bytes, checked against ``bodies`` and ``heads`` as a whole.
-    None where a name is too long for a short-form length.
+    ``pattern`` matches one varbind with a name of one of these lengths and a number
+    in its common form: all of a VarBindList's matches (one ``findall``, in C) give
+    each varbind's length, name and value bytes, checked against ``blob`` and
+    ``heads`` as a whole, and that the matches cover the list with no gap. One
+    pattern per set of name lengths (not per sequence: compiling a pattern costs
+    ~3 ms a varbind in it). None where a name is too long for a short-form length.
     """
 
-    __slots__ = ("bodies", "heads", "pattern", "tlvs")
+    __slots__ = ("blob", "heads", "pattern", "tlvs")
 
     def __init__(
         self,
@@ -240,16 +242,16 @@ class Names:
         patterns: dict[tuple[int, ...], re.Pattern[bytes]] | None = None,
     ) -> None:
         self.tlvs = list(tlvs)
-        self.bodies = b"".join(t[2:] for t in self.tlvs)
+        self.blob = b"".join(self.tlvs)
         # A varbind's length less its value's length byte and value (tag, length, name, tag).
         self.heads = [len(t) + 1 for t in self.tlvs]
         self.pattern: re.Pattern[bytes] | None = None
-        if all(len(t) < 0x80 + 2 and t[1] == len(t) - 2 for t in self.tlvs):
-            lengths = tuple(len(t) - 2 for t in self.tlvs)
+        if self.tlvs and all(len(t) < 0x80 + 2 and t[1] == len(t) - 2 for t in self.tlvs):
+            lengths = tuple(sorted({len(t) - 2 for t in self.tlvs}))
             pattern = None if patterns is None else patterns.get(lengths)
             if pattern is None:
-                varbind = b"\\x30([\\x00-\\x7f])\\x06\\x%02x(.{%d})" + _NUMBER
-                text = b"".join(varbind % (n, n) for n in lengths)
+                names = b"|".join(b"\\x%02x.{%d}" % (n, n) for n in lengths)
+                text = b"\\x30([\\x00-\\x7f])(\\x06(?:" + names + b"))" + _NUMBER
                 pattern = re.compile(text, re.DOTALL)
                 if patterns is not None and len(patterns) < _PATTERN_CAP:
                     patterns[lengths] = pattern
@@ -341,12 +343,16 @@ def decode_varbinds(
     bodies and their values (with ``names``: each name checked against the
     request's, no bodies returned)."""
     if names is not None and names.pattern is not None:
-        m = names.pattern.fullmatch(data, pos, vbl_end)
-        if m is not None:
-            got = m.groups()
-            raw = got[2::3]  # each value's length byte and bytes
-            if b"".join(got[1::3]) == names.bodies and b"".join(got[0::3]) == bytes(
-                map(operator.add, names.heads, map(len, raw))
+        got = names.pattern.findall(data, pos, vbl_end)
+        if len(got) == len(names.heads):
+            lengths, asked, raw = zip(*got, strict=True)  # raw: each value's length byte and bytes
+            head = b"".join(lengths)
+            # The names asked, each varbind's length its parts', and the matches as long
+            # as the list: they cover it with no gap, and are the loop's varbinds.
+            if (
+                b"".join(asked) == names.blob
+                and head == bytes(map(operator.add, names.heads, map(len, raw)))
+                and sum(head) + 2 * len(got) == vbl_end - pos
             ):
                 return [], list(map(int.from_bytes, map(_VALUE_BYTES, raw)))
     bodies: list[bytes] = []

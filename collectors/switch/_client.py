@@ -23,7 +23,7 @@ import operator
 import random
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from fabricwatch.errors import CollectorError, ParseError
@@ -83,6 +83,50 @@ class SnmpTooBig(SnmpError):
     """The agent answered tooBig: ask for fewer varbinds."""
 
     reason = "too_big"
+
+
+@dataclass(slots=True)
+class GetSize:
+    """How many varbinds one GET asks of an agent, learned from its answers.
+
+    Agents cap their response datagrams (net-snmp's ``sendMessageMaxSize``,
+    Cisco's ``snmp-server packetsize``, 1.5-64 KB): a GET whose response would
+    not fit is answered ``tooBig``, or not at all when even the error response
+    (the request's varbinds) does not fit. Starts at ``varbinds``; doubles (up
+    to ``ceiling``) while the agent answers GETs of that size, and once refused
+    searches between the largest size answered and the smallest refused. Kept
+    per session, across polls.
+    """
+
+    varbinds: int = 40
+    ceiling: int = 256
+    good: int = 0  # the largest GET the agent answered
+    bad: int = 0  # the smallest it refused or did not answer (0: none yet)
+    start: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.varbinds = max(1, min(self.varbinds, self.ceiling))
+        self.start = self.varbinds
+
+    def probing(self, n: int) -> bool:
+        """Whether a GET of ``n`` varbinds is larger than any the agent has answered
+        (and than the first size): no answer to it may mean it is too large."""
+        return n > max(self.good, self.start)
+
+    def answered(self, n: int) -> None:
+        """The agent answered a GET of ``n`` varbinds."""
+        self.good = max(self.good, n)
+        if n < self.varbinds:
+            return  # a poll's last, shorter GET tells nothing more
+        grown = 2 * n if not self.bad else (self.good + self.bad) // 2
+        self.varbinds = max(self.varbinds, min(self.ceiling, grown))
+
+    def refused(self, n: int) -> None:
+        """A GET of ``n`` varbinds was answered tooBig (or, probing, not at all)."""
+        self.bad = min(self.bad or n, n)
+        if self.good >= self.bad:
+            self.good = 0  # what it answered before no longer holds (larger values)
+        self.varbinds = max(1, (self.good + self.bad) // 2)
 
 
 @dataclass(slots=True)
@@ -175,21 +219,22 @@ class NativeV2cSession:
         *,
         timeout: float = 1.0,
         retries: int = 1,
-        max_oids_per_request: int = 40,
+        max_oids_per_request: int = 256,
     ) -> None:
         self._addr = (host, port)
         self._community = community.encode()
         self._timeout = timeout
         self._retries = retries
-        self._max_oids = max_oids_per_request
+        self.size = GetSize(ceiling=max_oids_per_request)
         self.stats = SessionStats()
         self._channel: _Channel | None = None
         self._ids = itertools.count(random.randrange(1, 1 << 30))  # noqa: S311 - not security
         self._prepared: dict[tuple[int, int, int, tuple[Oid, ...]], _Prepared] = {}
         self._patterns: dict[tuple[int, ...], re.Pattern[bytes]] = {}  # see Names
-        # The last get_values() OIDs (a tuple: immutable) and their requests: a poll
-        # GETs the same tuple every cycle, found by identity, not by hashing it.
-        self._last_get: tuple[tuple[Oid, ...], list[_Prepared]] | None = None
+        # The last get_values() OIDs (a tuple: immutable), the GET size and their
+        # requests: a poll GETs the same tuple every cycle, found by identity, not
+        # by hashing it.
+        self._last_get: tuple[tuple[Oid, ...], int, list[_Prepared]] | None = None
 
     async def _ensure(self) -> _Channel:
         if self._channel is None or self._channel.transport is None:
@@ -217,9 +262,12 @@ class NativeV2cSession:
                 self._prepared[key] = got
         return got
 
-    async def _request(self, request: _Prepared, *, by_name: bool = False) -> Response:
-        """One request, retried; ``by_name``: the response's names are checked against
-        the request's instead of decoded (its :attr:`Response.values` filled)."""
+    async def _request(
+        self, request: _Prepared, *, by_name: bool = False, tries: int = 0
+    ) -> Response:
+        """One request, retried (``tries``: sent that many times instead); ``by_name``:
+        the response's names are checked against the request's instead of decoded
+        (its :attr:`Response.values` filled)."""
         chan = await self._ensure()
         transport = chan.transport
         assert transport is not None
@@ -238,7 +286,7 @@ class NativeV2cSession:
         # with None: two loop iterations a request, where wait_for(shield(...))
         # took four and three more futures (switch mode sends ~420 a poll).
         try:
-            for _ in range(self._retries + 1):
+            for _ in range(tries or self._retries + 1):
                 rid = _RID_LOW + next(self._ids) % _RID_SPAN
                 ids.append(rid)
                 waiter = loop.create_future()
@@ -259,7 +307,7 @@ class NativeV2cSession:
                     raise SnmpMalformed(msg)
                 msg = (
                     f"no response from {self._addr[0]}:{self._addr[1]} after "
-                    f"{self._retries + 1} tries of {self._timeout}s (agent down, "
+                    f"{tries or self._retries + 1} tries of {self._timeout}s (agent down, "
                     "or wrong community / ACL)"
                 )
                 raise SnmpTimeout(msg)
@@ -281,30 +329,58 @@ class NativeV2cSession:
         return resp
 
     async def get(self, oids: Sequence[Oid]) -> list[VarBind]:
-        """GET in chunks of ``max_oids_per_request``."""
+        """GET in chunks sized to the agent (see :class:`GetSize`)."""
         return list(zip(oids, await self.get_values(oids), strict=True))
 
     async def get_values(self, oids: Sequence[Oid]) -> list[Value]:
-        """GET in chunks of ``max_oids_per_request``; the responses' names are compared
-        with the request's as bytes, only their values decoded."""
-        last = self._last_get
-        if last is not None and last[0] is oids:
-            requests = last[1]
-        else:
-            n = self._max_oids
-            requests = [
-                self._prepare(GET, 0, 0, tuple(oids[i : i + n])) for i in range(0, len(oids), n)
-            ]
-            if type(oids) is tuple:
-                self._last_get = (oids, requests)
+        """GET in chunks sized to the agent (see :class:`GetSize`); the responses' names
+        are compared with the request's as bytes, only their values decoded.
+
+        A chunk the agent refuses (tooBig; no answer to a chunk larger than it has
+        answered before, sent once) is asked again in smaller chunks, in this poll.
+        """
+        size = self.size
         out: list[Value] = []
-        for request in requests:
-            values = (await self._request(request, by_name=True)).values
-            if len(values) != len(request[2]):
-                msg = f"GET of {len(request[2])} OIDs answered with {len(values)} varbinds"
-                raise SnmpError(msg)
-            out.extend(values)
+        while len(out) < len(oids):
+            for request in self._get_requests(oids, len(out)):
+                n = len(request[2])
+                probe = size.probing(n)
+                try:
+                    resp = await self._request(request, by_name=True, tries=1 if probe else 0)
+                except SnmpTooBig:
+                    if n == 1:
+                        raise
+                    size.refused(n)  # the rest, this one included, in the smaller size
+                except SnmpTimeout:
+                    if not probe:
+                        raise
+                    size.refused(n)
+                else:
+                    if len(resp.values) != n:
+                        msg = f"GET of {n} OIDs answered with {len(resp.values)} varbinds"
+                        raise SnmpError(msg)
+                    out.extend(resp.values)
+                    before = size.varbinds
+                    size.answered(n)
+                    if size.varbinds == before:
+                        continue
+                    # The rest in the larger size.
+                self._prepared.clear()  # requests of a size no longer sent
+                break
         return out
+
+    def _get_requests(self, oids: Sequence[Oid], start: int) -> list[_Prepared]:
+        """The GETs of ``oids[start:]`` in chunks of the current size."""
+        n = self.size.varbinds
+        last = self._last_get
+        if not start and last is not None and last[0] is oids and last[1] == n:
+            return last[2]
+        requests = [
+            self._prepare(GET, 0, 0, tuple(oids[i : i + n])) for i in range(start, len(oids), n)
+        ]
+        if not start and type(oids) is tuple:
+            self._last_get = (oids, n, requests)
+        return requests
 
     async def bulk(self, oids: Sequence[Oid], max_repetitions: int) -> list[VarBind]:
         """One GETBULK request."""
@@ -366,7 +442,7 @@ class PysnmpSession:
         v3: V3Credentials | None = None,
         timeout: float = 1.0,
         retries: int = 1,
-        max_oids_per_request: int = 40,
+        max_oids_per_request: int = 256,
     ) -> None:
         from pysnmp.hlapi.v3arch import asyncio as hl
 
@@ -374,7 +450,7 @@ class PysnmpSession:
         self._addr = (host, port)
         self._timeout = timeout
         self._retries = retries
-        self._max_oids = max_oids_per_request
+        self.size = GetSize(ceiling=max_oids_per_request)
         self.stats = SessionStats()
         self._engine: Any = None
         self._target: Any = None
@@ -442,12 +518,16 @@ class PysnmpSession:
             raise SnmpError(msg)
 
     async def get(self, oids: Sequence[Oid]) -> list[VarBind]:
-        """GET in chunks of ``max_oids_per_request``."""
+        """GET in chunks sized to the agent (see :class:`GetSize` and
+        :meth:`NativeV2cSession.get_values`)."""
         await self._ensure()
         hl = self._hl
+        size = self.size
         out: list[VarBind] = []
-        for i in range(0, len(oids), self._max_oids):
-            chunk = oids[i : i + self._max_oids]
+        while len(out) < len(oids):
+            n = size.varbinds
+            chunk = oids[len(out) : len(out) + n]
+            probe = size.probing(len(chunk))
             self.stats.requests += 1
             err_ind, err_stat, err_idx, vbs = await hl.get_cmd(
                 self._engine,
@@ -457,8 +537,20 @@ class PysnmpSession:
                 *(hl.ObjectType(hl.ObjectIdentity(o)) for o in chunk),
                 lookupMib=False,
             )
-            self._check(err_ind, err_stat, err_idx)
+            try:
+                self._check(err_ind, err_stat, err_idx)
+            except SnmpTooBig:
+                if len(chunk) == 1:
+                    raise
+                size.refused(len(chunk))
+                continue
+            except SnmpTimeout:
+                if not probe:
+                    raise
+                size.refused(len(chunk))
+                continue
             out.extend((tuple(name), self._value(val)) for name, val in vbs)
+            size.answered(len(chunk))
         return out
 
     async def get_values(self, oids: Sequence[Oid]) -> list[Value]:

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import operator
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
+from operator import truediv
 from pathlib import Path
+from typing import Any
 
 import structlog
 
@@ -125,6 +127,7 @@ class _Target:
     bulk: BulkSize = field(default_factory=BulkSize)  # the discovery walk's request size
     rates: dict[int, KeyedRates] = field(default_factory=dict)  # derived gauges' counters
     builders: dict[str, ColumnsBuilder] = field(default_factory=dict)  # per-port families
+    steady: _Steady | None = None  # the poll compiled for layout (see _Steady)
 
     @property
     def name(self) -> str:
@@ -196,7 +199,6 @@ class _PortCache:
     octets: dict[str, tuple[str, int, str]]
     util: dict[str, _Gauge]
     by_key: dict[_Key, _Recipe] = field(default_factory=dict)
-    layout: tuple[tuple[_Key, ...], list[_Run]] | None = None  # see _layout()
 
     @classmethod
     def of(cls, sw: str, port: str, if_index: int) -> _PortCache:
@@ -733,38 +735,39 @@ class SwitchCollector:
         """One poll's values of target ``t`` (those of :attr:`_Target.get_oids`, in
         order) as samples in ``out``."""
         assert t.profile is not None
-        ports: dict[int, _PortData] = {}
-        uptime: int | None = None
-        ecn_vbs: list[VarBind] = []
         known = t.ports
         plans = t.poll_plan
         if len(plans) != len(t.get_oids):
             plans = t.poll_plan = [self._plan_oid(t, o) for o in t.get_oids]
             t.layout = _poll_layout(plans)
         layout = t.layout
+        discs: dict[int, int]
         if layout is not None and set(map(type, values)) == _INT_ONLY:
-            # Every value a number (no exception values): each port's two slices.
-            if layout.uptime:
-                uptime = values[0]  # type: ignore[assignment]
-            for if_index, start, mid, end, names, keys, tables in layout.ports:
-                ports[if_index] = _PortData(
-                    dict(zip(names, values[start:mid], strict=True)),  # type: ignore[arg-type]
-                    dict(zip(keys, zip(values[mid:end], tables, strict=True), strict=True)),  # type: ignore[arg-type]
-                )
+            # Every value a number (no exception values): the poll compiled for the layout.
+            steady = t.steady
+            if steady is None or steady.layout is not layout:
+                steady = t.steady = _compile(t, layout)
+            self._uptime(t, values[0] if layout.uptime else None)  # type: ignore[arg-type]
+            self._steady_samples(t, steady, values, ts, out)  # type: ignore[arg-type]
             ecn_vbs = list(zip(t.get_oids[layout.ecn :], values[layout.ecn :], strict=True))
+            if ecn_vbs:
+                discs = dict(zip(steady.if_indexes, steady.disc(values), strict=True))
         else:
-            uptime = self._take(t.get_oids, plans, values, ports, ecn_vbs)
-        self._uptime(t, uptime)
-        self._say_missing(t, ports)
-        for if_index, pd in ports.items():
-            self._port_samples(t, if_index, pd, out)
-        out.rate(t.rates, self._tracker_settings, ts)
+            # Its caches (link states, speeds) are of polls before this one.
+            t.steady = None
+            ports: dict[int, _PortData] = {}
+            ecn_vbs = []
+            self._uptime(t, self._take(t.get_oids, plans, values, ports, ecn_vbs))
+            self._say_missing(t, ports)
+            for if_index, pd in ports.items():
+                self._port_samples(t, if_index, pd, out)
+            out.rate(t.rates, self._tracker_settings, ts)
+            discs = {i: pd.values.get("disc", 0) for i, pd in ports.items()}
         if ecn_vbs:
             for (if_index, queue), marks in _cbqos.ecn_marks(ecn_vbs, t.cbqos).items():
                 if if_index not in known:
                     continue
-                disc = ports[if_index].values.get("disc", 0) if if_index in ports else 0
-                epoch = (t.boot << 32) | (disc & 0xFFFFFFFF)
+                epoch = (t.boot << 32) | (discs.get(if_index, 0) & 0xFFFFFFFF)
                 labels = (t.name, t.ports[if_index], queue)
                 out.singles.append(
                     Reading(fam.SW_ECN.name, labels, float(marks), ts=ts, epoch=epoch)
@@ -811,12 +814,19 @@ class SwitchCollector:
         have: set[str] = set()
         for pd in ports.values():
             have.update(pd.values)
-        if "speed" in have or t.present.get("ifxtable", True):
-            have.add("if_speed")  # only the fallback for ifHighSpeed, read without ifXTable
-        missing = tuple(_COLUMN_NAMES[c] for c in IF_COLUMNS.values() if c not in have)
-        no_speed = sorted(
+        no_speed = [
             t.ports[i] for i, pd in ports.items() if i in t.ports and self._speed_bps(t, i, pd) <= 0
-        )
+        ]
+        self._say_absent(t, have, no_speed)
+
+    @staticmethod
+    def _say_absent(t: _Target, have: set[str], no_speed: list[str]) -> None:
+        """:meth:`_say_missing` for a poll whose ports had the IF-MIB columns ``have``,
+        and the ports ``no_speed`` no speed."""
+        if "speed" in have or t.present.get("ifxtable", True):
+            have = {*have, "if_speed"}  # only the fallback for ifHighSpeed, read without ifXTable
+        missing = tuple(_COLUMN_NAMES[c] for c in IF_COLUMNS.values() if c not in have)
+        no_speed = sorted(no_speed)
         said = (*missing, *no_speed)
         if said == t.missing_said:
             return
@@ -863,6 +873,105 @@ class SwitchCollector:
         t.discovered_at = None  # agent restarted: ifIndexes may have moved
         log.info("switch_restarted", switch=t.name, uptime_before=last, uptime_now=uptime)
 
+    def _steady_samples(
+        self, t: _Target, st: _Steady, values: Sequence[int], ts: float, out: _Samples
+    ) -> None:
+        """:meth:`_port_samples` of every port and then :meth:`_Samples.rate`, for a poll
+        compiled in ``st``: whole families at a time, in C."""
+        fams = out.families
+        discs = st.disc(values)
+        if (t.boot, discs) != st.epoch_key:
+            st.epoch_key = (t.boot, discs)
+            boot = t.boot << 32
+            get = [boot | (d & 0xFFFFFFFF) for d in discs].__getitem__
+            for part in st.counters:
+                part.epochs = list(map(get, part.ports))
+            for rp in st.rated:
+                rp.epochs = list(map(get, rp.ports))
+        opers = st.oper(values)
+        if opers != st.opers:
+            st.opers = opers
+            st.up = [1.0 if o == 1 else 0.0 for o in opers]
+            idx = st.if_indexes
+            st.flaps = [
+                float(_link(t, idx[k], o)) for k, o in zip(st.oper_ports, opers, strict=True)
+            ]
+        speed_key = (st.high(values), st.low(values))
+        if speed_key != st.speed_key:
+            st.speed_key = speed_key
+            self._steady_speeds(t, st, *speed_key)
+        if st.if_indexes:
+            self._say_absent(t, st.have, st.no_speed)
+        for family, labels, gauges in (
+            (fam.SW_PORT_UP.name, st.oper_labels, st.up),
+            (fam.SW_PORT_FLAPS.name, st.oper_labels, st.flaps),
+            (fam.SW_SPEED.name, st.speed_labels, st.speeds),
+        ):
+            labels_l, values_l, _ = fams[family]
+            labels_l.extend(labels)
+            values_l.extend(gauges)
+        for part in st.counters:
+            labels_l, values_l, epochs_l = fams[part.family]
+            vals = part.pick(values)
+            labels_l.extend(part.labels)
+            values_l.extend(
+                map(float, vals) if part.units is None else map(operator.mul, vals, part.units)
+            )
+            epochs_l.extend(part.epochs)
+        for rp in st.rated:
+            kr = t.rates.get(rp.bits)
+            if kr is None:
+                kr = t.rates[rp.bits] = KeyedRates(self._tracker_settings, rp.bits)
+            got = kr.update(rp.keys, rp.pick(values), ts, rp.epochs)
+            for g in rp.outs:
+                labels_l, values_l, _ = fams[g.family]
+                rates = g.pick(got)
+                try:
+                    per = list(map(_first, rates))
+                except TypeError:  # a counter without a rate (its first poll, a reset)
+                    for r, lb, m, d in zip(rates, g.labels, g.muls, g.divs, strict=True):
+                        if r is not None:
+                            labels_l.append(lb)
+                            values_l.append(min(1.0, r[0] * m / d))
+                    continue
+                labels_l.extend(g.labels)
+                values_l.extend(
+                    map(min, repeat(1.0), map(truediv, map(operator.mul, per, g.muls), g.divs))
+                )
+
+    def _steady_speeds(
+        self, t: _Target, st: _Steady, highs: tuple[int, ...], lows: tuple[int, ...]
+    ) -> None:
+        """The ports' speeds from this poll's ifHighSpeed and ifSpeed (see
+        :meth:`_speed_bps`) into ``st``, and what derives from them: the speed gauges
+        and which rates give gauges, on what scale."""
+        speeds = [
+            self._speed_bps(t, i, _PortData({"speed": h, "if_speed": lo}))
+            for i, h, lo in zip(st.if_indexes, highs, lows, strict=True)
+        ]
+        st.speed_labels = [st.labels[k] for k, bps in enumerate(speeds) if bps > 0]
+        st.speeds = [bps / 8 for bps in speeds if bps > 0]
+        st.no_speed = [t.ports[i] for i, bps in zip(st.if_indexes, speeds, strict=True) if bps <= 0]
+        pause = float(PAUSE_QUANTUM_BITS)
+        for rp in st.rated:
+            by_family: dict[str, tuple[list[int], list[tuple[str, ...]], list[float], list[float]]]
+            by_family = {}
+            for e, ((family, labels), scale, k) in enumerate(
+                zip(rp.gauges, rp.scales, rp.ports, strict=True)
+            ):
+                if isinstance(scale, tuple):
+                    mul, div = scale
+                elif speeds[k] > 0:
+                    mul, div = (8.0 if scale == _BIT else pause), speeds[k]
+                else:
+                    continue  # no speed, no gauge
+                at, labels_o, muls, divs = by_family.setdefault(family, ([], [], [], []))
+                at.append(e)
+                labels_o.append(labels)
+                muls.append(mul)
+                divs.append(div)
+            rp.outs = [_GaugeOut(f, _picker(a), lb, m, d) for f, (a, lb, m, d) in by_family.items()]
+
     def _port_samples(self, t: _Target, if_index: int, pd: _PortData, out: _Samples) -> None:
         """One port's samples into ``out``: its counters and gauges by family, and the
         counters its derived gauges need rates of (see :meth:`_Samples.derive`)."""
@@ -875,14 +984,7 @@ class SwitchCollector:
         sp, by_dir = pc.sp, pc.by_dir
         oper = v.get("oper")
         if oper is not None:
-            prev = t.oper.get(if_index)
-            flaps = t.flaps.setdefault(if_index, 0)
-            if prev is not None and (prev == 1) != (oper == 1):
-                t.flaps[if_index] = flaps = flaps + 1
-                log.info(
-                    "switch_port_oper_changed", switch=sw, port=port, up=oper == 1, flaps=flaps
-                )
-            t.oper[if_index] = oper
+            flaps = _link(t, if_index, oper)
             out.gauge(fam.SW_PORT_UP.name, sp, 1.0 if oper == 1 else 0.0)
             out.gauge(fam.SW_PORT_FLAPS.name, sp, float(flaps))
         speed_bps = self._speed_bps(t, if_index, pd)
@@ -914,19 +1016,11 @@ class SwitchCollector:
         per_pause: _Scale | None,
         out: _Samples,
     ) -> None:
-        """The port's profile-table counters (PFC, pause, queue drops) into ``out``.
-
-        The hottest loop of a switch-mode poll (~40 counters a port): appends
-        inline, what each counter is worked out once per discovery (:meth:`_PortCache.recipe`).
-        """
+        """The port's profile-table counters (PFC, pause, queue drops) into ``out``
+        (what each counter is worked out once per discovery: :meth:`_PortCache.recipe`)."""
         c = pd.counters
         fams = out.families
         derived = out.derived
-        keys = tuple(c)
-        layout = pc.layout
-        if layout is not None and layout[0] == keys:
-            _runs_samples(layout[1], list(map(_first, c.values())), epoch, per_pause, out)
-            return
         recipes = pc.by_key
         last: Table | None = None
         for key, (value, tb) in c.items():
@@ -951,71 +1045,10 @@ class SwitchCollector:
             add_epoch(epoch)
             add_gauge(gauge)
             add_scale(scale)
-        pc.layout = _layout(keys, c, recipes)
 
 
 _INT_ONLY = {int}
 _first = operator.itemgetter(0)
-_Run = tuple[
-    str,
-    int,
-    int,
-    list[tuple[str, ...]],
-    tuple[int, list[tuple[object, ...]], list["_Gauge"]] | None,
-]
-"""Counters ``start:end`` of a port's poll, all of one family and table: (family,
-start, end, their labels, None or (width, rate keys, gauges) when their rates give
-gauges)."""
-
-
-def _layout(
-    keys: tuple[_Key, ...], c: dict[_Key, tuple[int, Table]], recipes: dict[_Key, _Recipe]
-) -> tuple[tuple[_Key, ...], list[_Run]] | None:
-    """The runs a port's counters ``c`` fall into, for :func:`_runs_samples` while the
-    port's counters are these same ``keys``; None where a value is not taken as is
-    (durations scale it) or a PFC ratio comes from another counter."""
-    runs: list[_Run] = []
-    prev: tuple[str, Table, bool] | None = None
-    for i, (key, (_, tb)) in enumerate(c.items()):
-        labels, rate_key, family, kind, dur_key, gauge = recipes[key]
-        if kind == _DURATION or (dur_key is not None and dur_key in c):
-            return None
-        here = (family, tb, gauge is not None)
-        if here != prev:
-            prev = here
-            runs.append((family, i, i, [], None if gauge is None else (tb.bits, [], [])))
-        family, start, _, run_labels, der = runs[-1]
-        run_labels.append(labels)
-        if der is not None and gauge is not None:
-            der[1].append(rate_key)
-            der[2].append(gauge)
-        runs[-1] = (family, start, i + 1, run_labels, der)
-    return keys, runs
-
-
-def _runs_samples(
-    runs: list[_Run], values: list[int], epoch: int, per_pause: _Scale | None, out: _Samples
-) -> None:
-    """:meth:`SwitchCollector._table_samples` for a port laid out in ``runs`` (see
-    :func:`_layout`): whole runs at a time, in C."""
-    fams = out.families
-    for family, start, end, labels, der in runs:
-        labels_l, values_l, epochs_l = fams[family]
-        seg = values[start:end]
-        labels_l.extend(labels)
-        values_l.extend(map(float, seg))
-        n = end - start
-        epochs_l.extend(repeat(epoch, n))
-        if der is not None:
-            bits, rate_keys, gauges = der
-            d = _Derived.of(out.derived, bits)
-            d.keys.extend(rate_keys)
-            d.values.extend(seg)
-            d.epochs.extend(repeat(epoch, n))
-            d.gauges.extend(gauges)
-            d.scales.extend(repeat(per_pause, n))
-
-
 _UTIL = fam.SW_UTILIZATION.name
 _PFC_RATIO = fam.SW_PFC_RATIO.name
 _PAUSE_RATIO = sig.PORT_PFC_PAUSE_RATIO.name
@@ -1124,3 +1157,211 @@ class _Samples:
                     labels_l.append(labels)
                     values_l.append(min(1.0, rate[0] * scale[0] / scale[1]))
         self.derived = {}
+
+
+def _link(t: _Target, if_index: int, oper: int) -> int:
+    """Port ``if_index``'s ifOperStatus this poll into ``t``; its flap count (a change
+    between up and not up counts one, and is logged)."""
+    prev = t.oper.get(if_index)
+    flaps = t.flaps.setdefault(if_index, 0)
+    if prev is not None and (prev == 1) != (oper == 1):
+        t.flaps[if_index] = flaps = flaps + 1
+        log.info(
+            "switch_port_oper_changed",
+            switch=t.name,
+            port=t.ports[if_index],
+            up=oper == 1,
+            flaps=flaps,
+        )
+    t.oper[if_index] = oper
+    return flaps
+
+
+_Pick = Callable[[Sequence[Any]], tuple[Any, ...]]
+"""Some of a poll's values, by their positions, as a tuple (in C)."""
+
+
+def _picker(positions: Sequence[int]) -> _Pick:
+    """:data:`_Pick` of ``positions``; -1 picks 0 (a port without that column)."""
+    at = tuple(positions)
+    if -1 in at:
+        return lambda v: tuple(0 if i < 0 else v[i] for i in at)
+    if len(at) == 1:
+        i = at[0]
+        return lambda v: (v[i],)
+    if not at:
+        return lambda v: ()
+    return operator.itemgetter(*at)
+
+
+_BIT, _PAUSE = range(2)
+"""A derived gauge's scale by the port's speed: per bit (utilization) or per pause
+quantum (ratios from frames); otherwise a fixed (mul, div)."""
+
+
+@dataclass(slots=True)
+class _CounterPart:
+    """One counter family's series in a compiled poll, in the order the general path
+    gives them: where each value is, its unit (None: all 1), labels and port."""
+
+    family: str
+    pick: _Pick
+    units: list[float] | None
+    labels: list[tuple[str, ...]]
+    ports: list[int]  # each series' port (its position in _Steady.if_indexes): its epoch
+    epochs: list[int | None] = field(default_factory=list)  # of the last poll's port epochs
+
+
+@dataclass(slots=True)
+class _GaugeOut:
+    """One gauge family's share of a :class:`_RatedPart` while the ports' speeds stay:
+    the rates at ``pick`` give ``min(1, rate x muls[i] / divs[i])``."""
+
+    family: str
+    pick: _Pick
+    labels: list[tuple[str, ...]]
+    muls: list[float]
+    divs: list[float]
+
+
+@dataclass(slots=True)
+class _RatedPart:
+    """The counters of one width whose rates give gauges, in a compiled poll (what
+    :class:`_Derived` collects in the general path, in its order)."""
+
+    bits: int
+    keys: tuple[tuple[object, ...], ...]
+    pick: _Pick
+    ports: list[int]
+    gauges: list[_Gauge]
+    scales: list[int | _Scale]  # _BIT, _PAUSE or a fixed scale
+    epochs: list[int | None] = field(default_factory=list)
+    outs: list[_GaugeOut] = field(default_factory=list)  # for the last poll's speeds
+
+
+@dataclass(slots=True)
+class _Steady:
+    """A target's poll compiled for one :class:`_PollLayout` (every value a number):
+    each family's series as positions into the poll's values, picked in C, instead
+    of a dict per port and appends per series. What depends on the values of a
+    few columns (epochs on ifCounterDiscontinuityTime and reboots, link state,
+    speeds) is worked out again only when those values change. Equal to the
+    general path, series by series (``tests/switch/test_columns.py``)."""
+
+    layout: _PollLayout
+    if_indexes: list[int]
+    labels: list[tuple[str, str]]  # (switch, port) of each port
+    have: set[str]  # the IF-MIB columns the ports have
+    disc: _Pick
+    oper_ports: list[int]  # the ports with ifOperStatus (positions in if_indexes)
+    oper_labels: list[tuple[str, str]]
+    oper: _Pick
+    high: _Pick
+    low: _Pick
+    counters: list[_CounterPart]
+    rated: list[_RatedPart]
+    epoch_key: tuple[int, tuple[int, ...]] | None = None  # (boot, discs) epochs are of
+    opers: tuple[int, ...] | None = None  # the link states the gauges below are of
+    up: list[float] = field(default_factory=list)
+    flaps: list[float] = field(default_factory=list)
+    speed_key: tuple[tuple[int, ...], tuple[int, ...]] | None = None
+    speed_labels: list[tuple[str, str]] = field(default_factory=list)
+    speeds: list[float] = field(default_factory=list)  # bytes/s, of speed_labels' ports
+    no_speed: list[str] = field(default_factory=list)
+
+
+def _compile(t: _Target, layout: _PollLayout) -> _Steady:
+    """Compile target ``t``'s poll for ``layout`` (see :class:`_Steady`), walking the
+    ports as :meth:`SwitchCollector._port_samples` does."""
+    sw = t.name
+    if_indexes: list[int] = []
+    port_labels: list[tuple[str, str]] = []
+    have: set[str] = set()
+    disc: list[int] = []
+    oper: list[int] = []
+    oper_ports: list[int] = []
+    high: list[int] = []
+    low: list[int] = []
+    counters: dict[str, tuple[list[int], list[float], list[tuple[str, ...]], list[int]]] = {}
+    rated: dict[
+        int, tuple[list[tuple[object, ...]], list[int], list[int], list[_Gauge], list[int | _Scale]]
+    ] = {}
+
+    def counter(family: str, at: int, unit: float, labels: tuple[str, ...], k: int) -> None:
+        got = counters.get(family)
+        if got is None:
+            got = counters[family] = ([], [], [], [])
+        got[0].append(at)
+        got[1].append(unit)
+        got[2].append(labels)
+        got[3].append(k)
+
+    def rate(  # noqa: PLR0917 - one derived counter's parts
+        bits: int, key: tuple[object, ...], at: int, k: int, g: _Gauge, scale: int | _Scale
+    ) -> None:
+        got = rated.get(bits)
+        if got is None:
+            got = rated[bits] = ([], [], [], [], [])
+        got[0].append(key)
+        got[1].append(at)
+        got[2].append(k)
+        got[3].append(g)
+        got[4].append(scale)
+
+    for k, (if_index, start, mid, _, names, keys, tables) in enumerate(layout.ports):
+        port = t.ports[if_index]
+        pc = t.label_cache.get(if_index)
+        if pc is None or pc.port != port:
+            pc = t.label_cache[if_index] = _PortCache.of(sw, port, if_index)
+        at = {name: start + j for j, name in enumerate(names)}
+        have.update(names)
+        if_indexes.append(if_index)
+        port_labels.append(pc.sp)
+        disc.append(at.get("disc", -1))
+        if "oper" in at:
+            oper.append(at["oper"])
+            oper_ports.append(k)
+        high.append(at.get("speed", -1))
+        low.append(at.get("if_speed", -1))
+        for name, family, direction in _OCTETS:
+            if name in at:
+                counter(family, at[name], 1.0, pc.sp, k)
+                rate(64, pc.octets[name], at[name], k, pc.util[direction], _BIT)
+        for name, family, direction in _DROPS:
+            if name in at:
+                counter(family, at[name], 1.0, pc.by_dir[direction], k)
+        for j, (key, tb) in enumerate(zip(keys, tables, strict=True)):
+            labels, rate_key, family, kind, dur_key, gauge = pc.recipe(sw, if_index, key, tb)
+            counter(family, mid + j, tb.unit if kind == _DURATION else 1.0, labels, k)
+            if gauge is None or (dur_key is not None and dur_key in keys):
+                continue  # no gauge, or the ratio comes from the duration counter
+            rate(
+                tb.bits,
+                rate_key,
+                mid + j,
+                k,
+                gauge,
+                (tb.unit, 1.0) if kind == _DURATION else _PAUSE,
+            )
+    return _Steady(
+        layout,
+        if_indexes,
+        port_labels,
+        have,
+        _picker(disc),
+        oper_ports,
+        [port_labels[k] for k in oper_ports],
+        _picker(oper),
+        _picker(high),
+        _picker(low),
+        [
+            _CounterPart(
+                f, _picker(at), None if all(u == 1.0 for u in units) else units, labels, ports
+            )
+            for f, (at, units, labels, ports) in counters.items()
+        ],
+        [
+            _RatedPart(bits, tuple(keys), _picker(at), ports, gauges, scales)
+            for bits, (keys, at, ports, gauges, scales) in rated.items()
+        ],
+    )

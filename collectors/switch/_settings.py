@@ -41,7 +41,13 @@ class TargetSettings:
     )
     retries: int = option(1, "Resends of a request before it times out.", min=0, max=10)
     max_repetitions: int = option(25, "GETBULK max-repetitions per column.", min=1, max=200)
-    max_oids_per_request: int = option(40, "Most varbinds in one GET.", min=1, max=200)
+    max_oids_per_request: int = option(
+        256,
+        "Most varbinds in one GET. GETs start at 40 and grow while the agent answers "
+        "them; a tooBig answer shrinks them to what it answers.",
+        min=1,
+        max=1024,
+    )
     profile: str = option("auto", "Vendor profile name, or auto (by sysObjectID / sysDescr).")
     mode: Literal["", "node", "switch"] = option(
         "", "Override the collector's mode for this switch (empty: inherit)."

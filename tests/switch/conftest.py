@@ -190,6 +190,45 @@ def snmpd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Snmpd]:
             proc.wait(5)
 
 
+SNMPD_MESSAGE_MAX = 1472
+"""Response size the v2c snmpd sends at most (what agents on a 1500-byte MTU do)."""
+
+
+@pytest.fixture(scope="session")
+def snmpd_v2c(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
+    """net-snmp snmpd answering v2c (community ``public``) with responses of at most
+    :data:`SNMPD_MESSAGE_MAX` bytes, on a free loopback port; its port."""
+    exe = shutil.which("snmpd") or ("/usr/sbin/snmpd" if Path("/usr/sbin/snmpd").exists() else None)
+    if exe is None:
+        pytest.skip("net-snmp snmpd is not installed (Debian package snmpd)")
+    work = tmp_path_factory.mktemp("snmpd-v2c")
+    conf = work / "snmpd.conf"
+    conf.write_text(
+        "rocommunity public 127.0.0.1\nsysName v2c-switch\n"
+        f"[snmp] sendMessageMaxSize {SNMPD_MESSAGE_MAX}\n",
+        encoding="ascii",
+    )
+    port = free_port(kind=2)
+    env = {**os.environ, "SNMP_PERSISTENT_DIR": str(work / "persist"), "MIBS": ""}
+    cmd = [exe, "-f", "-Lf", str(work / "snmpd.log"), "-C", "-c", str(conf)]
+    proc = subprocess.Popen(
+        [*cmd, "-p", str(work / "pid"), f"udp:127.0.0.1:{port}"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        asyncio.run(_wait_agent(port, "public", 15.0))
+        yield port
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+
+
 @pytest.fixture
 def clock() -> ManualClock:
     """A manual clock shared by a simulated switch and the collector."""

@@ -73,7 +73,7 @@ async def test_columns_equal_single_readings_over_faults(
     sw, agent = sim
     targets = [_target(tmp_path, agent, n) for n in ("leaf1", "leaf2")]
     h = make_harness(targets, clock=clock, backoff_initial=0.5, backoff_max=1.0)
-    # The same poller, its per-port layouts forgotten every poll: the general path.
+    # The same poller, its poll layout forgotten every poll: the general path.
     cold = make_harness(targets, clock=clock, backoff_initial=0.5, backoff_max=1.0)
     singles = SnapshotStore()
     singles.register("switch", h.collector.metrics())
@@ -94,6 +94,12 @@ async def test_columns_equal_single_readings_over_faults(
         16: lambda: _drop_port(sw, agent, "Ethernet8"),
         19: lambda: _add_port(sw, agent, SimPort(9, "Ethernet8")),
         21: lambda: sw.set_rate("Ethernet0", "rx_bytes", 0.0),
+        # Link state and speed change between steady polls (the compiled poll's caches).
+        5: lambda: sw.set_up("Ethernet4", False),
+        6: lambda: sw.set_up("Ethernet4", True),
+        22: lambda: setattr(sw.port("Ethernet4"), "speed_mbps", 100_000),
+        23: lambda: setattr(sw.port("Ethernet8"), "speed_mbps", 0),
+        24: lambda: sw.set_up("Ethernet8", False),
     }
     seen_columns = seen_wrap = laid_out = 0
     for k in range(26):
@@ -110,18 +116,19 @@ async def test_columns_equal_single_readings_over_faults(
         assert (a.accepted, a.rejected) == (b.accepted, b.rejected)
         assert _snapshot(h.store) == _snapshot(singles)
         for name in ("leaf1", "leaf2"):
-            for pc in cold.collector.target_state(name).label_cache.values():
-                pc.layout = None
+            cold.collector.target_state(name).layout = None
         cold_batch = await _collect(cold.collector)
         cold.store.ingest("switch", cold_batch, now)
         assert _snapshot(cold.store) == _snapshot(h.store)
-        laid_out += sum(
-            pc.layout is not None for pc in h.collector.target_state("leaf1").label_cache.values()
-        )
+        laid_out += h.collector.target_state("leaf1").steady is not None
         d = h.store.get("fabricwatch_switch_port_discards", ("leaf1", "Ethernet0", "rx"))
         if d is not None and d.value > 2**32:
             seen_wrap += 1
     assert seen_columns > 0 and seen_wrap > 0 and laid_out > 0
+    flaps = h.store.get("fabricwatch_switch_port_flaps", ("leaf1", "Ethernet4"))
+    assert flaps is not None and flaps.value == 2.0
+    speed = h.store.get("fabricwatch_switch_port_speed_bytes", ("leaf1", "Ethernet4"))
+    assert speed is not None and speed.value == 100e9 / 8
     ratio = h.store.get("fabricwatch_switch_pfc_pause_ratio", ("leaf2", "Ethernet0", "3", "rx"))
     assert ratio is not None and ratio.value == pytest.approx(0.4, abs=0.02)
 
