@@ -215,3 +215,47 @@ def test_the_tail_of_a_slowdown_is_no_second_slowdown() -> None:
     assert [(i.kind, i.cause) for i in near] == [("slowdown", "ecn_congestion")], [
         i.summary for i in near
     ]
+
+
+def _checkpoint(
+    begins: float, *, idle_for: float = 120.0, burst_samples: frozenset[int] | None = None
+) -> list[Sample]:
+    """8 GPUs sampled every second (interval means) idle for ``idle_for``
+    from ``begins`` while the node writes a checkpoint to nvme0n1 in 1 MiB
+    requests (3 GB/s against 15 MB/s of small writes; only in the samples
+    numbered ``burst_samples``, where given), counters stamped 0.3 s after
+    the GPUs' samples."""
+    out: list[Sample] = []
+    written = writes = 0.0
+    for k in range(1, 1801):
+        t = float(k)
+        ts = T0 + t + 0.1
+        share = _share(t - 1.0, t, begins, begins + idle_for)
+        for g in range(8):
+            sm = 0.002 + 0.8 * (1.0 - share) + 0.01 * math.sin(7 * t + g)
+            out.append((ts, sig.GPU_SM, (str(g),), sm))
+            out.append((ts, sig.GPU_MEM, (str(g),), 60e9))
+            out.append((ts, sig.GPU_POWER, (str(g),), 80 + 600 * sm))
+        burst = share if burst_samples is None or k in burst_samples else 0.0
+        written += 15e6 * (1.0 + 0.1 * math.sin(3 * t)) + 3e9 * burst
+        writes += 15e6 / 65536 + 3e9 * burst / 1048576
+        out.append((ts + 0.3, sig.ST_WRITE_BYTES, ("nvme0n1",), written))
+        out.append((ts + 0.3, sig.ST_WRITE_OPS, ("nvme0n1",), writes))
+    out.sort(key=lambda s: s[0])
+    return out
+
+
+def test_a_dip_beginning_inside_a_sample_with_a_burst_across_it_opens_nothing() -> None:
+    # Sweep plan 31351 (concurrent, 1 s), seen when the sample before the
+    # first idle one was counted as the stall's first poll wherever it read
+    # under half the GPUs' work: a 1.75 s evaluation dip beginning inside a
+    # sample (a partial and one idle sample) with a background burst of 1 MiB
+    # writes on both opened checkpoint_write. A stall seen idle on one
+    # sample is one poll, however low the sample before it read.
+    assert _opened(_checkpoint(1000.25, idle_for=1.75)) == []
+
+
+def test_a_dip_inside_a_sample_with_a_one_sample_burst_opens_nothing() -> None:
+    # The same dip with the burst on its idle sample only.
+    samples = _checkpoint(1000.25, idle_for=1.75, burst_samples=frozenset({1002}))
+    assert _opened(samples) == []
