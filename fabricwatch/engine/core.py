@@ -194,6 +194,11 @@ class Engine:
         self._comm_checked = -math.inf
         self._comm_gpus: list[GpuState] = []
         self._comm_since = 0.0
+        # When the slow GPUs were first found (not back-dated), and whether
+        # their fall stood out from the history's noise twice over (see
+        # _Change.fell_clearly).
+        self._comm_found = 0.0
+        self._comm_clear = False
         self._stall_end = -math.inf
         self._slow_end = -math.inf  # last bad tick of the last slowdown incident's episode
         # The job's iteration period as last measured (0 where none shows),
@@ -463,6 +468,7 @@ class Engine:
         # it is itself mostly noise.
         chunks = max(4, int(2.0 * s.baseline_window // w))
         out: list[GpuState] = []
+        clear: set[str] = set()
         per_link: dict[str, list[Series]] | None = None  # grouped once, when needed
         spare = _spare(groups, s.slow_gpus_ratio)
         means = self._windows.chunk_means
@@ -496,27 +502,38 @@ class Engine:
             traffic = _change(means, links, now, w, n, floor=s.nvlink_min_bytes)
             work = _change(means, works, now, w, n)
             limit = 1.0 - s.slow_ratio
-            if (
+            by_traffic = (
                 traffic is not None
                 and traffic.fell(limit)
                 and not (work is not None and work.rose())
-            ) or (
+            )
+            by_work = (
                 work is not None
                 and work.fell(limit)
                 and not (traffic is not None and traffic.rose())
-            ):
+            )
+            if by_traffic or by_work:
                 out.append(g)
+                if (by_traffic and traffic is not None and traffic.fell_clearly(limit)) or (
+                    by_work and work is not None and work.fell_clearly(limit)
+                ):
+                    clear.add(g.gpu)
                 if left is not None:
                     left[0] += 1
         kept: list[GpuState] = []
+        clearly = False
         for grp in groups:
             names = {g.gpu for g in grp}
             mine = [g for g in out if g.gpu in names]
-            if len(mine) >= max(1, math.ceil(s.slow_gpus_ratio * len(grp))):
+            need = max(1, math.ceil(s.slow_gpus_ratio * len(grp)))
+            if len(mine) >= need:
                 kept.extend(mine)
+                clearly = clearly or sum(g.gpu in clear for g in mine) >= need
         out = kept
         if out and not self._comm_gpus:
             self._comm_since = now - w / 2
+            self._comm_found = now
+        self._comm_clear = clearly
         self._comm_gpus = out
         return out
 
@@ -791,9 +808,34 @@ class Engine:
         elif latest - ep.onset >= s.min_duration and now >= ep.next_score:
             attr, missing = self._score(ep, now)
             ep.next_score = now + s.rescore_every
-            if attr.cause is not Cause.UNKNOWN or self._unseen_slowdown(ep, latest, missing):
+            if (
+                attr.cause is not Cause.UNKNOWN or self._unseen_slowdown(ep, latest, missing)
+            ) and self._slow_settled(bad, now, attr):
                 self._open(ep, attr, missing, bad, now=now, out=out)
         return ep
+
+    def _slow_settled(self, bad: list[GpuState], now: float, attr: Attribution) -> bool:
+        """Whether the slow GPUs' verdict is more than one look at the data.
+
+        A slowdown found on window means is dated half a throughput window
+        back, and that date alone meets ``min_duration``. Where the window
+        holds many samples (30 at 1 s), a check's window shares all but one
+        of them with the one before: a mean just past its noise (the beat of
+        a rhythm sampled near its own period makes one now and then, for a
+        check or two) is one observation however many checks see it. Such a
+        verdict must hold until the window took in a tenth of its samples
+        anew (3 checks at 1 s; at once where a window is ten samples or
+        fewer, as at 5-30 s). A fall of twice the noise, work below
+        ``slow_ratio`` of its baseline, or strong evidence of a cause that
+        halts a job (as for a stall) opens at once."""
+        s = self._eff
+        if all(g.slow for g in bad) or self._comm_clear:
+            return True
+        if attr.cause.halts and attr.score >= s.strong_evidence:
+            return True
+        step = max(self.tick_s, self.spacing)
+        looks = math.ceil(0.1 * self._comm_window() / step - 1e-9)
+        return now - self._comm_found >= (looks - 1) * step - 1e-9
 
     def _unseen_slowdown(self, ep: _Episode, latest: float, missing: tuple[str, ...]) -> bool:
         """Whether a slowdown nothing explains is ``unknown`` rather than no
@@ -1234,6 +1276,11 @@ class _Change:
         """Below the history by more than its noise (at least 5 %; never
         more asked than ``limit``, what ``slow_ratio`` asks of SM activity)."""
         return self.ratio < 1.0 - min(limit, max(_MIN_DROP, self.noise))
+
+    def fell_clearly(self, limit: float) -> bool:
+        """Below the history by twice its noise (at least 10 %; never more
+        asked than ``limit``)."""
+        return self.ratio < 1.0 - min(limit, 2.0 * max(_MIN_DROP, self.noise))
 
     def rose(self) -> bool:
         """Above the history by more than its noise (2-5 %): a few windows of
