@@ -8,7 +8,7 @@ import operator
 import os
 import resource
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
 from typing import Any
@@ -16,7 +16,7 @@ from typing import Any
 import structlog
 
 from fabricwatch.collector import CollectorEnv
-from fabricwatch.counters import CounterTracker
+from fabricwatch.counters import CounterState, CounterTracker
 from fabricwatch.errors import CollectorError
 from fabricwatch.readings import Batch, Columns, ColumnsBuilder, MetricSpec, Reading
 
@@ -532,29 +532,32 @@ class NicCollector:
             values.extend(pl.pick(stats))
         # Nothing differs: from here on the cycle's state moves (rates).
         new, reading = _new_reading, Reading
-        signal_rate = self._signals.rate
+        # The rate states of the layout's signals, updated in place: what
+        # RateSignals.rate does for a series that has a state and a valid sample.
+        settings = self._signals.settings
         tick_bytes = self._settings.xmit_wait_tick_bytes
         out: list[Reading] = []
         push = out.append
         for pl, ts in zip(layout.ports, stamps, strict=True):
             out.extend(pl.head)
             lab, ep = pl.labels, pl.epoch
-            if pl.wait >= 0:
-                rate = signal_rate((lab, "xmit_wait"), values[pl.wait], ts, bits=32, epoch=ep)
+            if pl.wait_state is not None:
+                rate = pl.wait_state.update(values[pl.wait], ts, settings, 32, ep)
                 if rate is not None:
-                    ratio = xmit_wait_ratio(rate, pl.rate_bps, tick_bytes)
+                    ratio = xmit_wait_ratio(rate[0], pl.rate_bps, tick_bytes)
                     push(new(reading, (XMIT_WAIT_RATIO.name, lab, ratio, None, None, None)))
             out.extend(pl.middle)
             if pl.member is None:
                 continue
             ratios: dict[tuple[str, str, bool], float] = {}
             has_duration: set[tuple[str, str, bool]] = set()
-            for st, at in pl.ratios:
-                rate = signal_rate(st.rate_key, values[at], ts, epoch=ep)
+            for st, at, state in pl.ratios:
+                rate = state.update(values[at], ts, settings, 64, ep)
                 if rate is not None:
-                    _add_ratio(st, rate, pl.link_bps, ratios, has_duration)
+                    _add_ratio(st, rate[0], pl.link_bps, ratios, has_duration)
             _push_ratios(lab, ratios, push)
         out.extend(layout.tail)
+        self._signals.fed(layout.signals)
         self._signals.sweep()
         mul, div = operator.mul, operator.truediv
         columns = []
@@ -831,7 +834,8 @@ class _PortLayout:
     ``head`` and ``middle`` are the readings before and after the transmit-wait
     ratio; ``wait`` is the position of ``port_xmit_wait`` (-1: no ratio);
     ``member`` the netdev whose statistics ``pick`` extends the values with,
-    ``ratios`` the pause statistics with their positions.
+    ``ratios`` the pause statistics with their positions; ``wait_state`` and the
+    states in ``ratios`` are the signals' live rate states (see :class:`RateSignals`).
     """
 
     held: HeldPort
@@ -839,13 +843,14 @@ class _PortLayout:
     epoch: int
     head: tuple[Reading, ...]
     wait: int
+    wait_state: CounterState | None
     rate_bps: float
     middle: tuple[Reading, ...]
     member: str | None
     stat_plan: _StatPlan | None
     saturable: _Pick | None
     pick: _Pick | None
-    ratios: tuple[tuple[_Stat, int], ...]
+    ratios: tuple[tuple[_Stat, int, CounterState], ...]
     link_bps: float
 
 
@@ -878,6 +883,7 @@ class _Layout:
         ...,
     ]
     tail: tuple[Reading, ...]
+    signals: tuple[Hashable, ...]  # the keys of the states the ports' layouts update
 
 
 def _steady(c: NicCollector, batch: Batch) -> _Layout | None:
@@ -989,6 +995,7 @@ def _steady(c: NicCollector, batch: Batch) -> _Layout | None:
         return None
     new, reading = _new_reading, Reading
     out_ports = []
+    keys: list[Hashable] = []
     for port, pos in where:
         s = port.sample
         assert s is not None and port.plan is not None
@@ -996,19 +1003,33 @@ def _steady(c: NicCollector, batch: Batch) -> _Layout | None:
         held = port.reader.held()
         assert held is not None
         wait = pos.get("port_xmit_wait", -1) if s.rate_bps else -1
+        wait_state = None
+        if wait >= 0:
+            wait_state = c._signals.state((lab, "xmit_wait"))
+            if wait_state is None:
+                return None
+            keys.append((lab, "xmit_wait"))
         middle = [new(reading, (CC_PRESENT.name, lab, port.plan.cc_present, None, None, None))]
         if lab in c._read_errors:
             errors = float(c._read_errors[lab])
             middle.append(new(reading, (READ_ERRORS.name, lab, errors, None, None, None)))
         member = None
         plan_of: _StatPlan | None = None
-        ratios: tuple[tuple[_Stat, int], ...] = ()
+        ratios: tuple[tuple[_Stat, int, CounterState], ...] = ()
         link_bps = 0.0
         if id(port) in epos:
             member = port.place.members[0]
             plan_of = port.stat_plans[member]
             middle.append(new(reading, (ETHTOOL_UP.name, lab, 1.0, None, None, None)))
-            ratios = tuple((st, epos[id(port)][st.name]) for st in plan_of.ratios)
+            states = [c._signals.state(st.rate_key) for st in plan_of.ratios]
+            if None in states:
+                return None
+            ratios = tuple(
+                (st, epos[id(port)][st.name], state)
+                for st, state in zip(plan_of.ratios, states, strict=True)
+                if state is not None
+            )
+            keys.extend(st.rate_key for st in plan_of.ratios)
             link_bps = port.member_bps.get(member) or s.rate_bps or 0.0
         out_ports.append(
             _PortLayout(
@@ -1017,6 +1038,7 @@ def _steady(c: NicCollector, batch: Batch) -> _Layout | None:
                 port.epoch,
                 tuple(_head(port, s)),
                 wait,
+                wait_state,
                 s.rate_bps or 0.0,
                 tuple(middle),
                 member,
@@ -1036,6 +1058,7 @@ def _steady(c: NicCollector, batch: Batch) -> _Layout | None:
         tuple(tops),
         tuple(columns),
         tuple(c._tail()),
+        tuple(keys),
     )
 
 
