@@ -1,4 +1,14 @@
-"""The NIC collection cycle: sysfs counters and ethtool statistics into readings."""
+"""The NIC collection cycle: sysfs counters and ethtool statistics into readings.
+
+Two ways through a cycle, with the same result. The full cycle reads port by
+port and handles every case where it arises (a vanished port, a file that
+went away, garbage, ``N/A``, a pinned counter, a bond, a failed ethtool
+query). After a full cycle in which none of that happened, the collector keeps
+a :class:`_Layout` of it; while nothing differs, the next cycles read every
+port's held files in one pass and pick each family's values by position (the
+steady state of a node: about half the CPU). Anything that differs - checked
+before any state moves - hands that cycle to the full one.
+"""
 
 from __future__ import annotations
 
@@ -276,6 +286,7 @@ class _Port:
     # statistics of its one netdev when they all went to the columns as read.
     sample: PortSample | None = None
     stats: dict[str, int] | None = None
+    stat_names: tuple[str, ...] = ()  # the source's names tuple of ``stats``
 
 
 class NicCollector:
@@ -520,12 +531,12 @@ class NicCollector:
             stamps.append(monotonic())
             if pl.member is None:
                 continue
-            assert ethtool is not None and pl.stat_plan is not None and pl.pick is not None
+            assert ethtool is not None and pl.pick is not None
             try:
-                stats = ethtool.stats(pl.member)
+                names, stats = ethtool.vector(pl.member)
             except CollectorError:
                 return None
-            if tuple(stats) != pl.stat_plan.names:
+            if names is not pl.names and names != pl.names:
                 return None
             if pl.saturable is not None and not SATURATED_VALUES.isdisjoint(pl.saturable(stats)):
                 return None
@@ -724,10 +735,11 @@ class NicCollector:
         accs, acc = self._accs, self._acc
         for member in members:
             try:
-                stats = self._ethtool.stats(member)
+                vnames, vvalues = self._ethtool.vector(member)
             except CollectorError:
                 ok = False
                 break
+            stats = dict(zip(vnames, vvalues, strict=True))
             names = tuple(stats)
             plan = port.stat_plans.get(member)
             if plan is None or plan.names != names:
@@ -772,8 +784,9 @@ class NicCollector:
                 sums.pop(kt, None)  # a bond sum missing one member would look like a reset
         self._sum_readings(port, sums)
         _push_ratios(lab, ratios, push)
-        if single and grouped:
+        if single and grouped and vnames == names:  # no name twice
             port.stats = stats  # every statistic went to the columns as read
+            port.stat_names = vnames
 
 
 def _push_ratios(
@@ -833,7 +846,8 @@ class _PortLayout:
 
     ``head`` and ``middle`` are the readings before and after the transmit-wait
     ratio; ``wait`` is the position of ``port_xmit_wait`` (-1: no ratio);
-    ``member`` the netdev whose statistics ``pick`` extends the values with,
+    ``member`` the netdev whose statistics (``names``, the source's tuple) ``pick``
+    extends the values with, by position,
     ``ratios`` the pause statistics with their positions; ``wait_state`` and the
     states in ``ratios`` are the signals' live rate states (see :class:`RateSignals`).
     """
@@ -847,7 +861,7 @@ class _PortLayout:
     rate_bps: float
     middle: tuple[Reading, ...]
     member: str | None
-    stat_plan: _StatPlan | None
+    names: tuple[str, ...]
     saturable: _Pick | None
     pick: _Pick | None
     ratios: tuple[tuple[_Stat, int, CounterState], ...]
@@ -1014,12 +1028,16 @@ def _steady(c: NicCollector, batch: Batch) -> _Layout | None:
             errors = float(c._read_errors[lab])
             middle.append(new(reading, (READ_ERRORS.name, lab, errors, None, None, None)))
         member = None
+        stat_names: tuple[str, ...] = ()
+        at: dict[str, int] = {}
         plan_of: _StatPlan | None = None
         ratios: tuple[tuple[_Stat, int, CounterState], ...] = ()
         link_bps = 0.0
         if id(port) in epos:
             member = port.place.members[0]
             plan_of = port.stat_plans[member]
+            stat_names = port.stat_names
+            at = {n: i for i, n in enumerate(stat_names)}
             middle.append(new(reading, (ETHTOOL_UP.name, lab, 1.0, None, None, None)))
             states = [c._signals.state(st.rate_key) for st in plan_of.ratios]
             if None in states:
@@ -1042,9 +1060,11 @@ def _steady(c: NicCollector, batch: Batch) -> _Layout | None:
                 s.rate_bps or 0.0,
                 tuple(middle),
                 member,
-                plan_of,
-                None if plan_of is None or not plan_of.saturable else _picker(plan_of.saturable),
-                None if plan_of is None else _picker(list(epos[id(port)])),
+                stat_names,
+                None
+                if plan_of is None or not plan_of.saturable
+                else _picker([at[n] for n in plan_of.saturable]),
+                None if plan_of is None else _picker([at[n] for n in epos[id(port)]]),
                 ratios,
                 link_bps,
             )

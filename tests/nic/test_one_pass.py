@@ -85,10 +85,11 @@ def _shape(batch: Batch) -> tuple[list[Any], list[Any]]:
     return list(batch.readings), cols
 
 
-async def _pair(fx: NicFixture, clock: Clock) -> tuple[NicCollector, NicCollector]:
-    one, full = (
-        Harness(fx, clock, {"gpu_locality": False, "rescan_interval": "7s"}) for _ in range(2)
-    )
+async def _pair(
+    fx: NicFixture, clock: Clock, extra: dict[str, Any] | None = None
+) -> tuple[NicCollector, NicCollector]:
+    table = {"gpu_locality": False, "rescan_interval": "7s", **(extra or {})}
+    one, full = (Harness(fx, clock, table) for _ in range(2))
     await one.start()
     await full.start()
     full.collector._one_pass = False
@@ -121,6 +122,37 @@ def test_one_pass_equals_port_by_port_through_faults(fx: NicFixture, clock: Cloc
             assert _shape(a) == _shape(b), f"cycle {k}"
         # Most cycles took the one pass; each fault (and each rescan) cost one full cycle.
         assert fulls[0] < 40
+        await one.close()
+        await full.close()
+
+    asyncio.run(run())
+
+
+@pytest.mark.parametrize("extra", [{}, {"max_open_files": 60}])
+def test_one_pass_with_few_descriptors_and_a_name_given_twice(
+    fx: NicFixture, clock: Clock, extra: dict[str, Any]
+) -> None:
+    """Ports partly over the descriptor budget, and a dump that names a statistic twice:
+    the same as port by port (those ports stay on the full cycle)."""
+    _node(fx)
+    dump = fx.ethtool_dir / "eth2"
+
+    async def run() -> None:
+        one, full = await _pair(fx, clock, extra)
+        fulls = _count_full_cycles(one)
+        for k in range(12):
+            _traffic(fx, k)
+            if k == 4:
+                text = dump.read_text()
+                dump.write_text(text + "     rx_prio3_pause: 77\n")  # the same name again
+            if k == 8:
+                fx.add_ethtool("eth2", mlx5_ethtool_names((3,)))
+            clock.tick()
+            a, b = one.collect_sync(), full.collect_sync()
+            assert _shape(a) == _shape(b), f"cycle {k}"
+        # Over the budget nothing takes the one pass; within it the doubled name does
+        # (same names, its last value): full cycles only for the first and the rescan.
+        assert fulls[0] == (12 if extra else 2)
         await one.close()
         await full.close()
 
