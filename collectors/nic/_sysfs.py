@@ -183,14 +183,16 @@ class HeldPort:
         attr_raws: what each of them read last (and parsed without error).
         counter_fds: ``counters/`` then ``hw_counters/`` descriptors, in name order.
         counter_names: ``counters/`` names, then ``hw_counters/`` names, same order.
-        dirs: (path, whether it existed) of each counter directory, for
-            :meth:`PortReader.unchanged`.
+        dir_fd: the port directory, held open.
+        dirs: (name, (inode, mtime) or None where it did not exist) of each
+            counter directory, for :meth:`PortReader.unchanged`.
     """
 
     attr_fds: tuple[int, ...]
     attr_raws: tuple[bytes, ...]
     counter_fds: tuple[int, ...]
     counter_names: tuple[tuple[str, ...], tuple[str, ...]]
+    dir_fd: int
     dirs: tuple[tuple[str, tuple[int, int] | None], ...]
 
 
@@ -231,13 +233,23 @@ class PortReader:
             ``hw_counters/`` alike); None reads every file.
     """
 
-    __slots__ = ("_attrs", "_budget", "_dirs", "_link_layer", "_parsed", "_wanted", "ref")
+    __slots__ = (
+        "_attrs",
+        "_budget",
+        "_dir_fd",
+        "_dirs",
+        "_link_layer",
+        "_parsed",
+        "_wanted",
+        "ref",
+    )
 
     def __init__(
         self, ref: PortRef, budget: FdBudget, wanted: Collection[str] | None = None
     ) -> None:
         self.ref = ref
         self._budget = budget
+        self._dir_fd = -1  # the port directory, opened by held()
         self._wanted = None if wanted is None else frozenset(wanted)
         self._link_layer = read_text(ref.path / "link_layer") or ""
         # Attribute name -> (its last raw bytes, what they parsed to): state and
@@ -298,6 +310,9 @@ class PortReader:
         for d in self._dirs.values():
             self._close_files(d.files)
             d.bulk = None
+        if self._dir_fd >= 0:
+            os.close(self._dir_fd)
+            self._dir_fd = -1
 
     def held(self) -> HeldPort | None:
         """This port's descriptors when every file is held open and its last read
@@ -319,12 +334,18 @@ class PortReader:
             if f.fd < 0 or known is None:
                 return None
             raws.append(known[0])
+        if self._dir_fd < 0:
+            try:
+                self._dir_fd = os.open(self.ref.path, os.O_RDONLY | os.O_DIRECTORY)
+            except OSError:
+                return None
         return HeldPort(
             tuple(f.fd for f in self._attrs.files),
             tuple(raws),
             tuple(fds),
             (names[0], names[1]),
-            tuple((str(d.path), d.signature) for d in self._dirs.values()),
+            self._dir_fd,
+            tuple((name, d.signature) for name, d in self._dirs.items()),
         )
 
     @staticmethod
@@ -332,10 +353,13 @@ class PortReader:
         """Whether :meth:`read` would find the counter directories as ``held`` lists them
         (same inode and mtime; one that did not exist still missing). Changes nothing:
         on False the caller reads the port with :meth:`read`, which re-lists them."""
-        stat = os.stat
-        for path, signature in held.dirs:
+        # Relative to the held port directory: one name to look up, not the whole
+        # path (a symlink on real sysfs). A port directory that was removed has no
+        # entries left, so a replaced port fails here as a removed one does.
+        stat, fd = os.stat, held.dir_fd
+        for name, signature in held.dirs:
             try:
-                st = stat(path)
+                st = stat(name, dir_fd=fd)
             except FileNotFoundError:
                 if signature is not None:
                     return False

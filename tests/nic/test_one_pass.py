@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import os
+import shutil
 import socket
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -71,10 +72,17 @@ def _fault(fx: NicFixture, k: int) -> None:
         37: lambda: fx.replug("mlx5_1"),
         39: lambda: fx.set("mlx5_1", "1", "port_rcv_data", "12 34"),  # two numbers
         40: lambda: fx.set("mlx5_1", "1", "port_rcv_data", 77),
+        42: lambda: _new_port_dir(fx),
     }
     step = steps.get(k)
     if step is not None:
         step()
+
+
+def _new_port_dir(fx: NicFixture) -> None:
+    """The port directory replaced under the device (which stays listed)."""
+    shutil.rmtree(fx.port_path("mlx5_2", "1"))
+    fx.add_rdma_port("mlx5_2", pci="0000:3d:00.0", netdev="eth2", rate_gbps=100)
 
 
 def _shape(batch: Batch) -> tuple[list[Any], list[Any]]:
@@ -96,6 +104,10 @@ async def _pair(
     return one.collector, full.collector
 
 
+def _open_fds() -> int:
+    return sum(1 for _ in Path("/proc/self/fd").iterdir())
+
+
 def _count_full_cycles(c: NicCollector) -> list[int]:
     calls = [0]
     inner = c._full_cycle
@@ -114,7 +126,7 @@ def test_one_pass_equals_port_by_port_through_faults(fx: NicFixture, clock: Cloc
     async def run() -> None:
         one, full = await _pair(fx, clock)
         fulls = _count_full_cycles(one)
-        for k in range(45):
+        for k in range(46):
             _traffic(fx, k)
             _fault(fx, k)
             clock.tick()
@@ -163,7 +175,8 @@ def test_steady_cycles_take_the_one_pass(fx: NicFixture, clock: Clock) -> None:
     _node(fx)
 
     async def run() -> None:
-        one, _ = await _pair(fx, clock)
+        fds = _open_fds()
+        one, full = await _pair(fx, clock)
         fulls = _count_full_cycles(one)
         for k in range(6):  # within one rescan interval
             _traffic(fx, k)
@@ -171,6 +184,8 @@ def test_steady_cycles_take_the_one_pass(fx: NicFixture, clock: Clock) -> None:
             one.collect_sync()
         assert fulls[0] == 1  # the first cycle reads port by port and builds the layout
         await one.close()
+        await full.close()
+        assert _open_fds() == fds  # the port directories too
 
     asyncio.run(run())
 
