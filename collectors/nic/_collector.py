@@ -6,8 +6,9 @@ went away, garbage, ``N/A``, a pinned counter, a bond, a failed ethtool
 query). After a full cycle in which none of that happened, the collector keeps
 a :class:`_Layout` of it; while nothing differs, the next cycles read every
 port's held files in one pass and pick each family's values by position (the
-steady state of a node: about half the CPU). Anything that differs - checked
-before any state moves - hands that cycle to the full one.
+steady state of a node: about half the cycle's CPU in ``bench/nic_cycle.py``).
+Anything that differs - checked before any state moves - hands that cycle to
+the full one.
 """
 
 from __future__ import annotations
