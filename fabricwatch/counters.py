@@ -252,6 +252,12 @@ class CounterTracker:
             return None
         return st.update(value, ts, self._settings, bits=bits, epoch=epoch)
 
+    def state(self, key: Hashable) -> CounterState | None:
+        """The live rate state of a series, None before its first sample: its
+        ``update`` (with this tracker's settings) is :meth:`update` of the series,
+        for a caller that feeds the same series every poll without a lookup each."""
+        return self._states.get(key)
+
     def total(self, key: Hashable) -> float | None:
         """The unwrapped running total of a series (monotonic except across resets)."""
         st = self._states.get(key)

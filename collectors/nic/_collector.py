@@ -1,19 +1,33 @@
-"""The NIC collection cycle: sysfs counters and ethtool statistics into readings."""
+"""The NIC collection cycle: sysfs counters and ethtool statistics into readings.
+
+Two ways through a cycle, with the same result. The full cycle reads port by
+port and handles every case where it arises (a vanished port, a file that
+went away, garbage, ``N/A``, a pinned counter, a bond, a failed ethtool
+query). After a full cycle in which none of that happened, the collector keeps
+a :class:`_Layout` of it; while nothing differs, the next cycles read every
+port's held files in one pass and pick each family's values by position (the
+steady state of a node: about half the cycle's CPU in ``bench/nic_cycle.py``).
+Anything that differs - checked before any state moves - hands that cycle to
+the full one.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import fnmatch
+import operator
 import os
 import resource
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
+from itertools import repeat
+from typing import Any
 
 import structlog
 
 from fabricwatch.collector import CollectorEnv
-from fabricwatch.counters import CounterTracker
+from fabricwatch.counters import CounterState, CounterTracker
 from fabricwatch.errors import CollectorError
 from fabricwatch.readings import Batch, Columns, ColumnsBuilder, MetricSpec, Reading
 
@@ -71,7 +85,10 @@ from ._ratios import (
 from ._settings import NicSettings
 from ._sysfs import (
     INFINIBAND,
+    NOT_DIGITS,
+    READ_SIZE,
     FdBudget,
+    HeldPort,
     PortGoneError,
     PortReader,
     PortSample,
@@ -266,6 +283,11 @@ class _Port:
     emit: dict[tuple[str, str, str], tuple[str, tuple[str, ...], float] | None] = field(
         default_factory=dict
     )
+    # What the latest full read of the port gave (see _steady): its sample, and the
+    # statistics of its one netdev when they all went to the columns as read.
+    sample: PortSample | None = None
+    stats: dict[str, int] | None = None
+    stat_names: tuple[str, ...] = ()  # the source's names tuple of ``stats``
 
 
 class NicCollector:
@@ -299,6 +321,10 @@ class NicCollector:
         self._saturated_said: set[tuple[str, str, str]] = set()
         # Counter families by name: the cycle's samples across ports (see _Acc).
         self._accs: dict[str, _Acc] = {}
+        # The steady layout of every port's files and readings, built after a cycle
+        # read in full (see _steady); None until then and after anything changed.
+        self._layout: _Layout | None = None
+        self._one_pass = True  # False: every cycle reads port by port (tests compare)
 
     @property
     def name(self) -> str:
@@ -341,6 +367,7 @@ class NicCollector:
         if not self._lock.acquire(timeout=2.0):
             return
         try:
+            self._layout = None
             for p in self._ports.values():
                 p.reader.close()
             self._ports.clear()
@@ -377,6 +404,7 @@ class NicCollector:
         return changed
 
     def _rescan(self, now: float) -> None:
+        self._layout = None
         root = self._env.sys_root
         refs = {(r.device, r.port): r for r in discover_ports(root) if self._wanted(r.device)}
         for key in list(self._ports):
@@ -412,6 +440,7 @@ class NicCollector:
         self._next_rescan = now + self._settings.rescan_interval
 
     def _drop(self, key: tuple[str, str]) -> None:
+        self._layout = None
         port = self._ports.pop(key, None)
         if port is not None:
             port.reader.close()
@@ -425,11 +454,26 @@ class NicCollector:
         return acc
 
     def _cycle(self) -> Batch:
-        for acc in self._accs.values():
-            acc.clear()  # a cycle that raised half-way leaves nothing behind
         now = self._env.monotonic()
         if self._devices_changed() or now >= self._next_rescan:
             self._rescan(now)
+        layout = self._layout
+        if layout is not None:
+            batch = self._one_pass_cycle(layout)
+            if batch is not None:
+                return batch
+            # Something moved (a file, a state, a value that is not a plain number):
+            # this cycle reads port by port, which handles every such case.
+            self._layout = None
+        batch = self._full_cycle()
+        if self._one_pass:
+            self._layout = _steady(self, batch)
+        return batch
+
+    def _full_cycle(self) -> Batch:
+        """The cycle port by port, each case handled where it arises."""
+        for acc in self._accs.values():
+            acc.clear()  # a cycle that raised half-way leaves nothing behind
         out: list[Reading] = []
         for key, port in list(self._ports.items()):
             try:
@@ -437,38 +481,113 @@ class NicCollector:
             except PortGoneError:
                 self._drop(key)
                 continue
+            port.sample = sample
+            port.stats = None
             ts = self._env.monotonic()
             self._port_readings(port, sample, ts, out)
             if self._ethtool is not None and port.place.members:
                 self._ethtool_readings(port, sample, ts, out)
+        out.extend(self._tail())
+        self._signals.sweep()
+        return Batch(out, [acc.take() for acc in self._accs.values() if acc.values])
+
+    def _tail(self) -> list[Reading]:
+        """The readings after the ports': vanished ports and GPU locality."""
         # A port that vanished (hot-unplug, driver reload) is a link that is down,
         # not a series that quietly goes stale while still saying "up".
-        out.extend(Reading(LINK_UP.name, key, 0.0) for key in sorted(self._vanished))
+        out = [Reading(LINK_UP.name, key, 0.0) for key in sorted(self._vanished)]
         for bus_id, place, where in self._gpus:
             if (place.device, place.port) in self._ports:
                 out.append(
                     Reading(GPU_LOCALITY.name, (place.device, place.port, bus_id, where), 1.0)
                 )
+        return out
+
+    def _one_pass_cycle(self, layout: _Layout) -> Batch | None:
+        """The steady cycle: every file of every port in one pass, the values into their
+        families' columns by position. None, with nothing changed, as soon as anything
+        differs from ``layout`` (the caller then runs :meth:`_full_cycle`)."""
+        unchanged = PortReader.unchanged
+        for pl in layout.ports:
+            if not unchanged(pl.held):
+                return None
+        pread = os.pread
+        try:
+            raws = [pread(fd, READ_SIZE, 0) for fd in layout.counter_fds]
+            attrs = [pread(fd, READ_SIZE, 0) for fd in layout.attr_fds]
+        except OSError:
+            return None  # ENODEV (unplug), EIO...: the full cycle tells which
+        if attrs != layout.attr_raws or NOT_DIGITS.search(b"".join(raws)) is not None:
+            return None
+        try:
+            values = list(map(int, raws))  # int() strips what bytes.strip() strips
+        except ValueError:
+            return None  # empty, whitespace only, or two numbers in one file
+        if layout.pma_tops and any(map(operator.eq, layout.pma(values), layout.pma_tops)):
+            return None  # pinned at its maximum: flagged by the full cycle
+        monotonic = self._env.monotonic
+        stamps: list[float] = []
+        ethtool = self._ethtool
+        for pl in layout.ports:
+            stamps.append(monotonic())
+            if pl.member is None:
+                continue
+            assert ethtool is not None and pl.pick is not None
+            try:
+                names, stats = ethtool.vector(pl.member)
+            except CollectorError:
+                return None
+            if names is not pl.names and names != pl.names:
+                return None
+            if pl.saturable is not None and not SATURATED_VALUES.isdisjoint(pl.saturable(stats)):
+                return None
+            values.extend(pl.pick(stats))
+        # Nothing differs: from here on the cycle's state moves (rates).
+        new, reading = _new_reading, Reading
+        # The rate states of the layout's signals, updated in place: what
+        # RateSignals.rate does for a series that has a state and a valid sample.
+        settings = self._signals.settings
+        tick_bytes = self._settings.xmit_wait_tick_bytes
+        out: list[Reading] = []
+        push = out.append
+        for pl, ts in zip(layout.ports, stamps, strict=True):
+            out.extend(pl.head)
+            lab, ep = pl.labels, pl.epoch
+            if pl.wait_state is not None:
+                rate = pl.wait_state.update(values[pl.wait], ts, settings, 32, ep)
+                if rate is not None:
+                    ratio = xmit_wait_ratio(rate[0], pl.rate_bps, tick_bytes)
+                    push(new(reading, (XMIT_WAIT_RATIO.name, lab, ratio, None, None, None)))
+            out.extend(pl.middle)
+            if pl.member is None:
+                continue
+            ratios: dict[tuple[str, str, bool], float] = {}
+            has_duration: set[tuple[str, str, bool]] = set()
+            for st, at, state in pl.ratios:
+                rate = state.update(values[at], ts, settings, 64, ep)
+                if rate is not None:
+                    _add_ratio(st, rate[0], pl.link_bps, ratios, has_duration)
+            _push_ratios(lab, ratios, push)
+        out.extend(layout.tail)
+        self._signals.fed(layout.signals)
         self._signals.sweep()
-        return Batch(out, [acc.take() for acc in self._accs.values() if acc.values])
+        mul, div = operator.mul, operator.truediv
+        columns = []
+        for name, labels, pick, mult, divisor, epochs in layout.columns:
+            col = list(map(float, pick(values)))
+            if mult != 1:
+                col = list(map(mul, col, repeat(float(mult), len(col))))
+            if divisor:
+                col = list(map(div, col, repeat(divisor, len(col))))
+            columns.append(Columns(name, labels, col, None, list(epochs)))
+        return Batch(out, columns)
 
     def _port_readings(self, port: _Port, s: PortSample, ts: float, out: list[Reading]) -> None:
         lab = port.labels
         ep = port.epoch
-        place = port.place
         new, reading = _new_reading, Reading
         push = out.append
-        info = (*lab, place.netdev, place.pci_address, str(place.numa_node), s.link_layer)
-        push(new(reading, (INFO.name, info, 1.0, None, None, None)))
-        if s.state is not None:
-            state = s.state[0]
-            push(new(reading, (PORT_STATE.name, lab, float(state), None, None, None)))
-            up = 1.0 if state in _ACTIVE_STATES else 0.0
-            push(new(reading, (LINK_UP.name, lab, up, None, None, None)))
-        if s.phys_state is not None:
-            push(new(reading, (PHYS_STATE.name, lab, float(s.phys_state[0]), None, None, None)))
-        if s.rate_bps is not None:
-            push(new(reading, (LINK_RATE.name, lab, s.rate_bps / 8.0, None, None, None)))
+        out.extend(_head(port, s))
         c = s.counters
         pinned = {n for n, top in _PMA_MAX if c.get(n) == top}
         if pinned:
@@ -617,10 +736,11 @@ class NicCollector:
         accs, acc = self._accs, self._acc
         for member in members:
             try:
-                stats = self._ethtool.stats(member)
+                vnames, vvalues = self._ethtool.vector(member)
             except CollectorError:
                 ok = False
                 break
+            stats = dict(zip(vnames, vvalues, strict=True))
             names = tuple(stats)
             plan = port.stat_plans.get(member)
             if plan is None or plan.names != names:
@@ -664,12 +784,303 @@ class NicCollector:
             for kt in skip:
                 sums.pop(kt, None)  # a bond sum missing one member would look like a reset
         self._sum_readings(port, sums)
-        for (prio, direction, link_level), ratio in ratios.items():
-            if link_level:
-                family, labels = LINK_PAUSE_RATIO.name, (*lab, direction)
-            else:
-                family, labels = PAUSE_RATIO.name, (*lab, prio, direction)
-            push(new(reading, (family, labels, ratio, None, None, None)))
+        _push_ratios(lab, ratios, push)
+        if single and grouped and vnames == names:  # no name twice
+            port.stats = stats  # every statistic went to the columns as read
+            port.stat_names = vnames
+
+
+def _push_ratios(
+    lab: tuple[str, str],
+    ratios: dict[tuple[str, str, bool], float],
+    push: Callable[[Reading], None],
+) -> None:
+    """One port's pause ratios as readings, in slot order."""
+    new, reading = _new_reading, Reading
+    for (prio, direction, link_level), ratio in ratios.items():
+        labels: tuple[str, ...]
+        if link_level:
+            family, labels = LINK_PAUSE_RATIO.name, (*lab, direction)
+        else:
+            family, labels = PAUSE_RATIO.name, (*lab, prio, direction)
+        push(new(reading, (family, labels, ratio, None, None, None)))
+
+
+def _head(port: _Port, s: PortSample) -> list[Reading]:
+    """A port's first readings: identity, state and rate."""
+    lab = port.labels
+    place = port.place
+    new, reading = _new_reading, Reading
+    info = (*lab, place.netdev, place.pci_address, str(place.numa_node), s.link_layer)
+    out = [new(reading, (INFO.name, info, 1.0, None, None, None))]
+    if s.state is not None:
+        state = s.state[0]
+        out.append(new(reading, (PORT_STATE.name, lab, float(state), None, None, None)))
+        up = 1.0 if state in _ACTIVE_STATES else 0.0
+        out.append(new(reading, (LINK_UP.name, lab, up, None, None, None)))
+    if s.phys_state is not None:
+        out.append(new(reading, (PHYS_STATE.name, lab, float(s.phys_state[0]), None, None, None)))
+    if s.rate_bps is not None:
+        out.append(new(reading, (LINK_RATE.name, lab, s.rate_bps / 8.0, None, None, None)))
+    return out
+
+
+_Pick = Callable[[Any], tuple[int, ...]]
+"""Items of a list or dict by position or name (see :func:`_picker`)."""
+
+
+def _picker(keys: Sequence[int] | Sequence[str]) -> _Pick:
+    """``keys``' items of a list or dict as a tuple, in C (``itemgetter`` gives a
+    bare item for one key)."""
+    if len(keys) == 1:
+        one = operator.itemgetter(keys[0])
+        return lambda x: (one(x),)
+    if not keys:
+        return lambda x: ()
+    return operator.itemgetter(*keys)
+
+
+@dataclass(frozen=True, slots=True)
+class _PortLayout:
+    """One port in a :class:`_Layout`: where its values sit in the cycle's value list
+    and the readings that stay the same while nothing changes.
+
+    ``head`` and ``middle`` are the readings before and after the transmit-wait
+    ratio; ``wait`` is the position of ``port_xmit_wait`` (-1: no ratio);
+    ``member`` the netdev whose statistics (``names``, the source's tuple) ``pick``
+    extends the values with, by position,
+    ``ratios`` the pause statistics with their positions; ``wait_state`` and the
+    states in ``ratios`` are the signals' live rate states (see :class:`RateSignals`).
+    """
+
+    held: HeldPort
+    labels: tuple[str, str]
+    epoch: int
+    head: tuple[Reading, ...]
+    wait: int
+    wait_state: CounterState | None
+    rate_bps: float
+    middle: tuple[Reading, ...]
+    member: str | None
+    names: tuple[str, ...]
+    saturable: _Pick | None
+    pick: _Pick | None
+    ratios: tuple[tuple[_Stat, int, CounterState], ...]
+    link_bps: float
+
+
+@dataclass(frozen=True, slots=True)
+class _Layout:
+    """Every port's files and readings as one cycle read them in full, for
+    :meth:`NicCollector._one_pass_cycle`.
+
+    The cycle's values are every port's counter files (in ``counter_fds`` order),
+    then each port's picked driver statistics. ``columns`` are (family, labels,
+    pick, multiplier, divisor, epochs): each family's values picked by position.
+    ``pma``/``pma_tops``: the saturating counters and their maxima.
+    """
+
+    ports: tuple[_PortLayout, ...]
+    counter_fds: tuple[int, ...]
+    attr_fds: tuple[int, ...]
+    attr_raws: list[bytes]
+    pma: _Pick
+    pma_tops: tuple[int, ...]
+    columns: tuple[
+        tuple[
+            str,
+            tuple[tuple[str, ...], ...],
+            _Pick,
+            int,
+            float,
+            tuple[int | None, ...],
+        ],
+        ...,
+    ]
+    tail: tuple[Reading, ...]
+    signals: tuple[Hashable, ...]  # the keys of the states the ports' layouts update
+
+
+def _steady(c: NicCollector, batch: Batch) -> _Layout | None:
+    """The layout of the cycle that just gave ``batch`` port by port, or None when that
+    cycle was not a steady one: an error, a pinned counter, a file not held open, a
+    value that is not a plain number, a bond, driver statistics that failed.
+
+    The layout gives the same readings and columns from the same files; it is
+    checked against ``batch`` before it is used.
+    """
+    counter_fds: list[int] = []
+    attr_fds: list[int] = []
+    attr_raws: list[bytes] = []
+    values: list[int] = []  # this cycle's, in layout order: for the check against batch
+    pma: list[int] = []
+    tops: list[int] = []
+    picked: list[tuple[_Port, dict[str, int], list[str]]] = []
+    where: list[tuple[_Port, dict[str, int]]] = []  # each port's counter name -> position
+    for port in c._ports.values():
+        s = port.sample
+        held = port.reader.held()
+        plan = port.plan
+        if s is None or s.errors or held is None or plan is None:
+            return None
+        if plan.names != held.counter_names or (tuple(s.counters), tuple(s.hw_counters)) != (
+            held.counter_names
+        ):
+            return None  # a file without a value (N/A, pinned)
+        base = len(values)
+        pos = {n: base + i for i, n in enumerate((*held.counter_names[0], *held.counter_names[1]))}
+        values.extend(s.counters.values())
+        values.extend(s.hw_counters.values())
+        for n, top in _PMA_MAX:
+            if n in s.counters:
+                pma.append(pos[n])
+                tops.append(top)
+        counter_fds.extend(held.counter_fds)
+        attr_fds.extend(held.attr_fds)
+        attr_raws.extend(held.attr_raws)
+        where.append((port, pos))
+    for port, _ in where:
+        members = port.place.members
+        if c._ethtool is not None and members and (len(members) != 1 or port.stats is None):
+            return None
+    for port, _ in where:
+        if c._ethtool is None or not port.place.members:
+            continue
+        assert port.stats is not None
+        sp = port.stat_plans[port.place.members[0]]
+        need = list(
+            dict.fromkeys([*(n for g in sp.groups for n in g[2]), *(st.name for st in sp.ratios)])
+        )
+        picked.append((port, port.stats, need))
+    epos: dict[int, dict[str, int]] = {}
+    for port, stats, need in picked:
+        base = len(values)
+        epos[id(port)] = {n: base + i for i, n in enumerate(need)}
+        values.extend(stats[n] for n in need)
+    # The families' columns, appended in the order the full cycle appends them.
+    fam: dict[
+        str, tuple[list[tuple[str, ...]], list[int], list[int | None], tuple[int, float]]
+    ] = {}
+
+    def add(
+        family: str,
+        labels: tuple[tuple[str, ...], ...],
+        at: list[int],
+        ep: int,
+        how: tuple[int, float],
+    ) -> bool:
+        ls, ps, es, h = fam.setdefault(family, ([], [], [], how))
+        if h != how:
+            return False
+        ls.extend(labels)
+        ps.extend(at)
+        es.extend([ep] * len(at))
+        return True
+
+    for port, pos in where:
+        plan = port.plan
+        assert plan is not None
+        ep = port.epoch
+        for groups in (plan.counters, plan.congestion, plan.hw):
+            for family, labels, names, mult in groups:
+                if not add(family, labels, [pos[n] for n in names], ep, (mult, 0.0)):
+                    return None
+        if id(port) in epos:
+            sp = port.stat_plans[port.place.members[0]]
+            ep_at = epos[id(port)]
+            for family, labels, names, divisor in sp.groups:
+                if not add(family, labels, [ep_at[n] for n in names], ep, (1, divisor)):
+                    return None
+    columns = []
+    for col in batch.columns:
+        got = fam.pop(col.name, None)
+        if got is None or col.epoch is not None or col.ts is not None or col.source:
+            return None
+        ls, ps, es, (mult, divisor) = got
+        pick = _picker(ps)
+        vals = [float(v) for v in pick(values)]
+        if mult != 1:
+            vals = [v * float(mult) for v in vals]
+        if divisor:
+            vals = [v / divisor for v in vals]
+        if tuple(ls) != col.labels or vals != list(col.values) or es != list(col.epochs or ()):
+            return None  # not what the full cycle made: keep reading port by port
+        columns.append((col.name, col.labels, pick, mult, divisor, tuple(es)))
+    if fam:
+        return None
+    new, reading = _new_reading, Reading
+    out_ports = []
+    keys: list[Hashable] = []
+    for port, pos in where:
+        s = port.sample
+        assert s is not None and port.plan is not None
+        lab = port.labels
+        held = port.reader.held()
+        assert held is not None
+        wait = pos.get("port_xmit_wait", -1) if s.rate_bps else -1
+        wait_state = None
+        if wait >= 0:
+            wait_state = c._signals.state((lab, "xmit_wait"))
+            if wait_state is None:
+                return None
+            keys.append((lab, "xmit_wait"))
+        middle = [new(reading, (CC_PRESENT.name, lab, port.plan.cc_present, None, None, None))]
+        if lab in c._read_errors:
+            errors = float(c._read_errors[lab])
+            middle.append(new(reading, (READ_ERRORS.name, lab, errors, None, None, None)))
+        member = None
+        stat_names: tuple[str, ...] = ()
+        at: dict[str, int] = {}
+        plan_of: _StatPlan | None = None
+        ratios: tuple[tuple[_Stat, int, CounterState], ...] = ()
+        link_bps = 0.0
+        if id(port) in epos:
+            member = port.place.members[0]
+            plan_of = port.stat_plans[member]
+            stat_names = port.stat_names
+            at = {n: i for i, n in enumerate(stat_names)}
+            middle.append(new(reading, (ETHTOOL_UP.name, lab, 1.0, None, None, None)))
+            states = [c._signals.state(st.rate_key) for st in plan_of.ratios]
+            if None in states:
+                return None
+            ratios = tuple(
+                (st, epos[id(port)][st.name], state)
+                for st, state in zip(plan_of.ratios, states, strict=True)
+                if state is not None
+            )
+            keys.extend(st.rate_key for st in plan_of.ratios)
+            link_bps = port.member_bps.get(member) or s.rate_bps or 0.0
+        out_ports.append(
+            _PortLayout(
+                held,
+                lab,
+                port.epoch,
+                tuple(_head(port, s)),
+                wait,
+                wait_state,
+                s.rate_bps or 0.0,
+                tuple(middle),
+                member,
+                stat_names,
+                None
+                if plan_of is None or not plan_of.saturable
+                else _picker([at[n] for n in plan_of.saturable]),
+                None if plan_of is None else _picker([at[n] for n in epos[id(port)]]),
+                ratios,
+                link_bps,
+            )
+        )
+    return _Layout(
+        tuple(out_ports),
+        tuple(counter_fds),
+        tuple(attr_fds),
+        attr_raws,
+        _picker(pma),
+        tuple(tops),
+        tuple(columns),
+        tuple(c._tail()),
+        tuple(keys),
+    )
 
 
 def _add_ratio(

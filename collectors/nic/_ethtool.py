@@ -98,6 +98,11 @@ class EthtoolSource(Protocol):
         """Every statistic of ``ifname`` by name."""
         ...
 
+    def vector(self, ifname: str) -> tuple[tuple[str, ...], tuple[int, ...]]:
+        """Every statistic of ``ifname`` as (names, values) in the driver's order: the
+        same names tuple object while the names stay the same (``stats`` is the dict)."""
+        ...
+
     def close(self) -> None:
         """Release resources. Must not raise."""
         ...
@@ -199,6 +204,15 @@ class IoctlEthtool:
             NoSuchNetdevError: no such interface in the socket's namespace.
             EthtoolUnavailableError: the driver has no statistics.
         """
+        return dict(zip(*self.vector(ifname), strict=True))
+
+    def vector(self, ifname: str) -> tuple[tuple[str, ...], tuple[int, ...]]:
+        """:meth:`stats` as (names, values); the names tuple is the cached one.
+
+        Raises:
+            NoSuchNetdevError: no such interface in the socket's namespace.
+            EthtoolUnavailableError: the driver has no statistics.
+        """
         for _ in range(3):
             try:
                 return self._stats_once(ifname)
@@ -207,7 +221,7 @@ class IoctlEthtool:
         msg = f"{ifname}: statistics kept changing while being read"
         raise EthtoolUnavailableError(msg)
 
-    def _stats_once(self, ifname: str) -> dict[str, int]:
+    def _stats_once(self, ifname: str) -> tuple[tuple[str, ...], tuple[int, ...]]:
         n = self.count(ifname)
         ifindex = self._ifindex(ifname)
         cache = self._cache.get(ifname)
@@ -223,8 +237,8 @@ class IoctlEthtool:
         if got != n:
             msg = f"{ifname}: statistics changed while reading values ({n} -> {got})"
             raise _CountChangedError(msg)
-        numbers = struct.unpack_from(f"={n}Q", buf, 8)
-        return dict(zip(cache.names, numbers, strict=True))
+        numbers: tuple[int, ...] = struct.unpack_from(f"={n}Q", buf, 8)
+        return cache.names, numbers
 
 
 class _CountChangedError(CollectorError):
@@ -285,6 +299,7 @@ class _Layout:
 
     pattern: re.Pattern[str]
     names: tuple[str, ...]
+    unique: bool = True  # no name twice: the values by position are the statistics
 
 
 def _layout(text: str) -> _Layout | None:
@@ -317,7 +332,7 @@ def _layout(text: str) -> _Layout | None:
             if not (sep and not value.strip() and " " in name.strip()):
                 return None  # not a line the parser skips: it would have raised
         parts.append(re.escape(ended))
-    return _Layout(re.compile("".join(parts)), tuple(names))
+    return _Layout(re.compile("".join(parts)), tuple(names), len(set(names)) == len(names))
 
 
 class EthtoolTextParser:
@@ -342,14 +357,23 @@ class EthtoolTextParser:
         Raises:
             ParseError: as :func:`parse_ethtool_text`.
         """
+        return dict(zip(*self.parse_vector(text, source), strict=True))
+
+    def parse_vector(self, text: str, source: str) -> tuple[tuple[str, ...], tuple[int, ...]]:
+        """:meth:`parse` as (names, values): the kept layout's names tuple while the
+        layout holds (a name given twice appears once, with its last value, as in
+        :meth:`parse`)."""
         layout = self._layouts.get(source)
         if layout is not None:
             m = layout.pattern.fullmatch(text)
             if m is not None:
-                return dict(zip(layout.names, map(int, m.groups()), strict=True))
+                if layout.unique:
+                    return layout.names, tuple(map(int, m.groups()))
+                once = dict(zip(layout.names, map(int, m.groups()), strict=True))
+                return tuple(once), tuple(once.values())
         out = parse_ethtool_text(text, source)
         self._layouts[source] = _layout(text)
-        return out
+        return tuple(out), tuple(out.values())
 
 
 class DirEthtoolSource:
@@ -361,6 +385,10 @@ class DirEthtoolSource:
 
     def stats(self, ifname: str) -> dict[str, int]:
         """Parse ``<directory>/<ifname>``."""
+        return dict(zip(*self.vector(ifname), strict=True))
+
+    def vector(self, ifname: str) -> tuple[tuple[str, ...], tuple[int, ...]]:
+        """:meth:`stats` as (names, values)."""
         if not ifname or "/" in ifname or ifname in (".", ".."):
             msg = f"invalid interface name {ifname!r}"
             raise NoSuchNetdevError(msg)
@@ -375,7 +403,7 @@ class DirEthtoolSource:
             raise CollectorError(msg) from None
         # No newline translation: str.splitlines splits "\r\n" and "\r" as the
         # universal-newline reader would have turned them into "\n".
-        return self._parser.parse(raw.decode("utf-8", "replace"), path)
+        return self._parser.parse_vector(raw.decode("utf-8", "replace"), path)
 
     def close(self) -> None:
         """Nothing to release."""

@@ -8,9 +8,9 @@ here. No delta or wrap logic lives in this module.
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Collection, Hashable
 
-from fabricwatch.counters import CounterTracker
+from fabricwatch.counters import CounterState, CounterTracker, TrackerSettings
 
 PAUSE_QUANTA_PER_FRAME = 65535
 """The largest pause time a PFC/802.3x frame can request, in quanta."""
@@ -75,6 +75,20 @@ class RateSignals:
         self._seen.add(key)
         r = self._tracker.update(key, value, ts, bits=bits, epoch=epoch)
         return None if r is None else r.per_second
+
+    @property
+    def settings(self) -> TrackerSettings:
+        """The tracker's tuning (what :meth:`state` objects update with)."""
+        return self._tracker.settings
+
+    def state(self, key: Hashable) -> CounterState | None:
+        """The live rate state of ``key`` (see :meth:`CounterTracker.state`); a caller
+        that updates it directly says so with :meth:`fed` each cycle."""
+        return self._tracker.state(key)
+
+    def fed(self, keys: Collection[Hashable]) -> None:
+        """Mark ``keys`` fed this cycle through their :meth:`state` (kept by :meth:`sweep`)."""
+        self._seen.update(keys)
 
     def sweep(self) -> int:
         """Forget series not fed since the previous sweep (hot-unplugged); return how many."""

@@ -39,8 +39,9 @@ _STATE = re.compile(r"^\s*([0-9]+)\s*:\s*(\S.*?)\s*$")
 
 PORT_ATTRIBUTES = ("state", "phys_state", "rate")
 COUNTER_DIRS = ("counters", "hw_counters")
-_READ_SIZE = 128
-_NOT_DIGITS = re.compile(rb"[^0-9 \t\n\r\x0b\x0c]")
+READ_SIZE = 128
+"""Bytes read per attribute: every counter and state value fits."""
+NOT_DIGITS = re.compile(rb"[^0-9 \t\n\r\x0b\x0c]")
 """A byte no value of :func:`parse_counter`'s common case has (``int()`` also takes
 signs and underscores, which that function refuses)."""
 
@@ -172,6 +173,29 @@ class _Dir:
         self.bulk = (tuple(f.name for f in files), tuple(f.fd for f in files)) if held else None
 
 
+@dataclass(frozen=True, slots=True)
+class HeldPort:
+    """A port whose attribute and counter files are all held open, as of its last read
+    (see :meth:`PortReader.held`): what the collector's one-pass cycle reads directly.
+
+    Attributes:
+        attr_fds: the ``state``/``phys_state``/``rate`` descriptors that exist.
+        attr_raws: what each of them read last (and parsed without error).
+        counter_fds: ``counters/`` then ``hw_counters/`` descriptors, in name order.
+        counter_names: ``counters/`` names, then ``hw_counters/`` names, same order.
+        dir_fd: the port directory, held open.
+        dirs: (name, (inode, mtime) or None where it did not exist) of each
+            counter directory, for :meth:`PortReader.unchanged`.
+    """
+
+    attr_fds: tuple[int, ...]
+    attr_raws: tuple[bytes, ...]
+    counter_fds: tuple[int, ...]
+    counter_names: tuple[tuple[str, ...], tuple[str, ...]]
+    dir_fd: int
+    dirs: tuple[tuple[str, tuple[int, int] | None], ...]
+
+
 @dataclass(slots=True)
 class PortSample:
     """One read of one port.
@@ -209,13 +233,23 @@ class PortReader:
             ``hw_counters/`` alike); None reads every file.
     """
 
-    __slots__ = ("_attrs", "_budget", "_dirs", "_link_layer", "_parsed", "_wanted", "ref")
+    __slots__ = (
+        "_attrs",
+        "_budget",
+        "_dir_fd",
+        "_dirs",
+        "_link_layer",
+        "_parsed",
+        "_wanted",
+        "ref",
+    )
 
     def __init__(
         self, ref: PortRef, budget: FdBudget, wanted: Collection[str] | None = None
     ) -> None:
         self.ref = ref
         self._budget = budget
+        self._dir_fd = -1  # the port directory, opened by held()
         self._wanted = None if wanted is None else frozenset(wanted)
         self._link_layer = read_text(ref.path / "link_layer") or ""
         # Attribute name -> (its last raw bytes, what they parsed to): state and
@@ -276,6 +310,65 @@ class PortReader:
         for d in self._dirs.values():
             self._close_files(d.files)
             d.bulk = None
+        if self._dir_fd >= 0:
+            os.close(self._dir_fd)
+            self._dir_fd = -1
+
+    def held(self) -> HeldPort | None:
+        """This port's descriptors when every file is held open and its last read
+        parsed; None otherwise (then only :meth:`read` reads it)."""
+        counters = self._dirs["counters"]
+        if counters.signature is None:
+            return None
+        fds: list[int] = []
+        names: list[tuple[str, ...]] = []
+        for name in COUNTER_DIRS:
+            d = self._dirs[name]
+            if d.files and d.bulk is None:
+                return None  # a file over the descriptor budget
+            names.append(tuple(f.name for f in d.files))
+            fds.extend(f.fd for f in d.files)
+        raws: list[bytes] = []
+        for f in self._attrs.files:
+            known = self._parsed.get(f.name)
+            if f.fd < 0 or known is None:
+                return None
+            raws.append(known[0])
+        if self._dir_fd < 0:
+            try:
+                self._dir_fd = os.open(self.ref.path, os.O_RDONLY | os.O_DIRECTORY)
+            except OSError:
+                return None
+        return HeldPort(
+            tuple(f.fd for f in self._attrs.files),
+            tuple(raws),
+            tuple(fds),
+            (names[0], names[1]),
+            self._dir_fd,
+            tuple((name, d.signature) for name, d in self._dirs.items()),
+        )
+
+    @staticmethod
+    def unchanged(held: HeldPort) -> bool:
+        """Whether :meth:`read` would find the counter directories as ``held`` lists them
+        (same inode and mtime; one that did not exist still missing). Changes nothing:
+        on False the caller reads the port with :meth:`read`, which re-lists them."""
+        # Relative to the held port directory: one name to look up, not the whole
+        # path (a symlink on real sysfs). A port directory that was removed has no
+        # entries left, so a replaced port fails here as a removed one does.
+        stat, fd = os.stat, held.dir_fd
+        for name, signature in held.dirs:
+            try:
+                st = stat(name, dir_fd=fd)
+            except FileNotFoundError:
+                if signature is not None:
+                    return False
+                continue
+            except OSError:
+                return False
+            if signature != (st.st_ino, st.st_mtime_ns):
+                return False
+        return True
 
     def _refresh_dirs(self) -> None:
         """Re-list a counter directory whose entries changed (fixture trees, PFC toggles)."""
@@ -295,10 +388,10 @@ class PortReader:
     @staticmethod
     def _read(f: _File) -> bytes:
         if f.fd >= 0:
-            return os.pread(f.fd, _READ_SIZE, 0)
+            return os.pread(f.fd, READ_SIZE, 0)
         fd = os.open(f.path, os.O_RDONLY)
         try:
-            return os.read(fd, _READ_SIZE)
+            return os.read(fd, READ_SIZE)
         finally:
             os.close(fd)
 
@@ -308,7 +401,7 @@ class PortReader:
         pread = os.pread
         for f in d.files:
             try:
-                raw = pread(f.fd, _READ_SIZE, 0) if f.fd >= 0 else self._read(f)
+                raw = pread(f.fd, READ_SIZE, 0) if f.fd >= 0 else self._read(f)
             except FileNotFoundError:
                 # Over-budget file removed: only this counter is gone.
                 d.signature = None
@@ -405,10 +498,10 @@ def _read_bulk(names: tuple[str, ...], fds: tuple[int, ...], out: dict[str, int]
     """
     pread = os.pread
     try:
-        raws = [pread(fd, _READ_SIZE, 0) for fd in fds]
+        raws = [pread(fd, READ_SIZE, 0) for fd in fds]
     except OSError:
         return False
-    if _NOT_DIGITS.search(b"".join(raws)) is not None:
+    if NOT_DIGITS.search(b"".join(raws)) is not None:
         return False
     try:
         values = [int(raw) for raw in raws]  # int() strips what bytes.strip() strips

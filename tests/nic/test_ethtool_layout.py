@@ -151,3 +151,20 @@ def test_dir_source_with_crlf_and_rewrites(tmp_path: Path) -> None:
         src.stats("eth0")
     path.write_bytes(_dump(NAMES, [9] * 5).encode())
     assert src.stats("eth0") == dict.fromkeys(NAMES, 9)
+
+
+def test_parse_vector_is_parse_by_position_and_keeps_the_names_tuple() -> None:
+    """What the collector's one pass picks by position: the same statistics as
+    :meth:`EthtoolTextParser.parse`, a name given twice once with its last value, and
+    the kept layout's names tuple itself while the layout holds."""
+    parser = EthtoolTextParser()
+    twice = "NIC statistics:\n     a: 1\n     b: 2\n     a: 3\n"
+    for text in (twice, twice.replace("3", "4")):
+        names, values = parser.parse_vector(text, "dup")
+        assert dict(zip(names, values, strict=True)) == parser.parse(text, "dup")
+        assert names == ("a", "b")
+    plain = "NIC statistics:\n     rx_prio3_pause: 5\n     tx_prio3_pause: 6\n"
+    parser.parse_vector(plain, "one")  # line by line: the layout is kept from here
+    kept, _ = parser.parse_vector(plain, "one")
+    again, values = parser.parse_vector(plain.replace("5", "7"), "one")
+    assert again is kept and values == (7, 6)
