@@ -181,6 +181,16 @@ class Series:
         """Recent points, oldest first (a view; see :class:`History`)."""
         return History(self.ring, self.head, self.full)
 
+    def first_ts(self) -> float | None:
+        """Time of the oldest point in :attr:`history` (None when it is empty),
+        without a view."""
+        ring = self.ring
+        if ring is None:
+            return None
+        if self.full:
+            return ring[self.head]
+        return ring[0] if self.head else None
+
     def label_map(self) -> dict[str, str]:
         """Labels as a name -> value mapping (allocates; not for hot paths)."""
         return dict(zip(self.spec.labels, self.labels, strict=True))

@@ -1270,11 +1270,24 @@ class _Change:
     """A series' mean over the latest window against its own history."""
 
     ratio: float  # latest window mean / median of the history's window means
-    noise: float  # 3 sigma of the history's window means, relative to their median
+    history: Sequence[float]  # the history's window means
+    base: float  # their median
+
+    @property
+    def noise(self) -> float:
+        """3 sigma of the history's window means, relative to their median."""
+        return 3.0 * sig.mad(self.history, self.base) / self.base
 
     def fell(self, limit: float) -> bool:
         """Below the history by more than its noise (at least 5 %; never
         more asked than ``limit``, what ``slow_ratio`` asks of SM activity)."""
+        # The bar lies between 1 - limit and 1 - min(limit, 5 %) whatever the
+        # noise: outside that band the answer needs no noise, which is most
+        # of the cost (this runs for every job GPU on every sample).
+        if self.ratio >= 1.0 - min(limit, _MIN_DROP):
+            return False
+        if self.ratio < 1.0 - limit:
+            return True
         return self.ratio < 1.0 - min(limit, max(_MIN_DROP, self.noise))
 
     def fell_clearly(self, limit: float) -> bool:
@@ -1285,6 +1298,11 @@ class _Change:
     def rose(self) -> bool:
         """Above the history by more than its noise (2-5 %): a few windows of
         a changed mix already in the history must not hide it."""
+        # As in fell(): the bar lies in [1.02, 1.05] whatever the noise.
+        if self.ratio <= 1.0 + 0.02:
+            return False
+        if self.ratio > 1.0 + 0.05:
+            return True
         return self.ratio > 1.0 + min(0.05, max(0.02, self.noise))
 
 
@@ -1297,10 +1315,10 @@ def _whole_windows(series: Sequence[Series], now: float, width: float) -> int:
     history covers."""
     have = math.inf
     for x in series:
-        first = next(iter(x.history), None)
+        first = x.first_ts()
         if first is None:
             return 0
-        have = min(have, (now - width - first.ts) // width)
+        have = min(have, (now - width - first) // width)
     return 0 if not math.isfinite(have) else max(0, int(have))
 
 
@@ -1318,6 +1336,34 @@ def _change(
     :func:`signals.chunk_means`); None without the data or below ``floor``."""
     if not series:
         return None
+    if len(series) == 1:
+        # One series (a GPU's NVLink total, its work signal): its own means.
+        # The loop below would add each to 0.0, which changes no value but
+        # the sign of a zero, and no decision reads that.
+        means = chunk_means(series[0], now, width, chunks)
+        if means is None:
+            return None
+        recent = 0.0 + means[0]
+        history = means[1:]
+    else:
+        summed = _summed(chunk_means, series, now, width, chunks)
+        if summed is None:
+            return None
+        recent, history = summed
+    base = sig.median(history)
+    if base <= floor or base <= 0:
+        return None
+    return _Change(recent / base, history, base)
+
+
+def _summed(
+    chunk_means: Callable[[Series, float, float, int], list[float] | None],
+    series: Sequence[Series],
+    now: float,
+    width: float,
+    chunks: int,
+) -> tuple[float, list[float]] | None:
+    """The latest and the history's window means of ``series`` summed (see :func:`_change`)."""
     recent = 0.0
     history = [0.0] * chunks
     for x in series:
@@ -1327,10 +1373,7 @@ def _change(
         recent += means[0]
         # Summed series by series in the same order as a loop over j.
         history = [h + m for h, m in zip(history, means[1:], strict=True)]
-    base = sig.median(history)
-    if base <= floor or base <= 0:
-        return None
-    return _Change(recent / base, 3.0 * sig.mad(history, base) / base)
+    return recent, history
 
 
 def _same_culprit(inc: Incident, attr: Attribution) -> bool:

@@ -180,14 +180,22 @@ class HistoryMirrors:
         if m is None:
             return sig.chunk_means(series, now, width, chunks)
         times, values = m.times, m.values
-        lo = bisect_left(times, now - width)
+        start = now - width
+        lo = bisect_left(times, start)
         hi = bisect_right(times, now, lo)
         if hi - lo < 2:
             return None
         out = [sum(values[lo:hi]) / (hi - lo)]
         for j in range(chunks):
-            lo = bisect_left(times, now - (j + 2) * width)
-            hi = bisect_right(times, now - (j + 1) * width - 1e-3, lo)
+            # A span ends 1 ms before the next one starts (at ``lo``, that
+            # one's first point): one bisection a span, and a step back over
+            # the rare point inside that millisecond.
+            end = start - 1e-3
+            hi = lo
+            while hi > 0 and times[hi - 1] > end:
+                hi -= 1
+            start = now - (j + 2) * width
+            lo = bisect_left(times, start, 0, hi)
             if hi - lo < 2:
                 return None
             out.append(sum(values[lo:hi]) / (hi - lo))
