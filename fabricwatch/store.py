@@ -108,6 +108,19 @@ class History(Sequence[Point]):
         k = self._index(index)
         return _new_point(Point, (ring[k], ring[k + 1]))
 
+    def tail_times(self, n: int) -> list[float]:
+        """The times of the newest ``n`` points (every point, when fewer), oldest
+        first: read off the ring in place, without a :class:`Point` each."""
+        m = min(n, self._n)
+        if self._order is None or m <= 0:
+            return []
+        ring, head, used = self._order
+        if used < len(ring):  # not wrapped: the newest point ends at ``used``
+            return ring[used - 2 * m : used : 2].tolist()
+        if head >= 2 * m:
+            return ring[head - 2 * m : head : 2].tolist()
+        return ring[used - (2 * m - head) :: 2].tolist() + ring[0:head:2].tolist()
+
     def _offsets(self, newest_first: bool) -> Iterable[int]:
         if self._order is None:
             return ()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 
 from fabricwatch.engine import signals as sig
 from fabricwatch.engine.attribution import Attribution, attribute
@@ -471,7 +472,7 @@ class Engine:
         clear: set[str] = set()
         per_link: dict[str, list[Series]] | None = None  # grouped once, when needed
         spare = _spare(groups, s.slow_gpus_ratio)
-        means = self._windows.chunk_means
+        means = self._windows.summed_means
         for g in job:
             left = spare.get(g.gpu)
             if left is not None:
@@ -873,11 +874,12 @@ class Engine:
             n = min(chunks, _whole_windows([*links, *work], latest, w))
             if n < _MIN_CHUNKS:
                 continue
-            change = _change(self._windows.chunk_means, work, latest, w, n)
+            change = _change(self._windows.summed_means, work, latest, w, n)
             if change is not None:
                 ratios.append(change.ratio)
-            traffic = _change(self._trimmed_means, links, latest, w, n)
-            level = _change(self._trimmed_means, work, latest, w, n)
+            trimmed = partial(_summed, self._trimmed_means)
+            traffic = _change(trimmed, links, latest, w, n)
+            level = _change(trimmed, work, latest, w, n)
             if (
                 traffic is not None
                 and traffic.fell(1.0 - s.slow_ratio)
@@ -1322,8 +1324,13 @@ def _whole_windows(series: Sequence[Series], now: float, width: float) -> int:
     return 0 if not math.isfinite(have) else max(0, int(have))
 
 
+_Summed = Callable[[Sequence[Series], float, float, int], tuple[float, list[float]] | None]
+"""Reads the latest and the earlier window means of series, summed over them
+(:meth:`HistoryMirrors.summed_means`, or :func:`_summed` over another reader)."""
+
+
 def _change(
-    chunk_means: Callable[[Series, float, float, int], list[float] | None],
+    summed: _Summed,
     series: Sequence[Series],
     now: float,
     width: float,
@@ -1332,24 +1339,14 @@ def _change(
     floor: float = 0.0,
 ) -> _Change | None:
     """The summed mean of ``series`` over the latest ``width`` against the
-    ``chunks`` windows before it (read by ``chunk_means``, as
+    ``chunks`` windows before it (read by ``summed``, on the spans of
     :func:`signals.chunk_means`); None without the data or below ``floor``."""
     if not series:
         return None
-    if len(series) == 1:
-        # One series (a GPU's NVLink total, its work signal): its own means.
-        # The loop below would add each to 0.0, which changes no value but
-        # the sign of a zero, and no decision reads that.
-        means = chunk_means(series[0], now, width, chunks)
-        if means is None:
-            return None
-        recent = 0.0 + means[0]
-        history = means[1:]
-    else:
-        summed = _summed(chunk_means, series, now, width, chunks)
-        if summed is None:
-            return None
-        recent, history = summed
+    found = summed(series, now, width, chunks)
+    if found is None:
+        return None
+    recent, history = found
     base = sig.median(history)
     if base <= floor or base <= 0:
         return None
@@ -1363,17 +1360,25 @@ def _summed(
     width: float,
     chunks: int,
 ) -> tuple[float, list[float]] | None:
-    """The latest and the history's window means of ``series`` summed (see :func:`_change`)."""
+    """The latest and the earlier window means of ``series`` (each read by
+    ``chunk_means``), summed over them in order from 0.0; None where a series
+    has none. The history's sums start from the first series' own means:
+    adding those to 0.0 would change no value but the sign of a zero, and no
+    decision reads that."""
     recent = 0.0
-    history = [0.0] * chunks
+    history: list[float] | None = None
     for x in series:
         means = chunk_means(x, now, width, chunks)
         if means is None:
             return None
         recent += means[0]
         # Summed series by series in the same order as a loop over j.
-        history = [h + m for h, m in zip(history, means[1:], strict=True)]
-    return recent, history
+        history = (
+            means[1:]
+            if history is None
+            else [h + m for h, m in zip(history, means[1:], strict=True)]
+        )
+    return None if history is None else (recent, history)
 
 
 def _same_culprit(inc: Incident, attr: Attribution) -> bool:
