@@ -12,6 +12,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
+from operator import is_
 
 from fabricwatch.engine import signals as sig
 from fabricwatch.engine.attribution import Attribution, attribute
@@ -212,6 +213,8 @@ class Engine:
         self._groups_at = -math.inf
         # The slowdown check's window reads, kept in step with the store's rings.
         self._windows = HistoryMirrors()
+        # The per-link NVLink series grouped by GPU, and the family they were grouped from.
+        self._links: tuple[Sequence[Series], dict[str, list[Series]]] = ((), {})
 
     # -- public surface -------------------------------------------------
 
@@ -483,9 +486,7 @@ class Engine:
             links = [series] if series is not None else []
             if not links:
                 if per_link is None:
-                    per_link = {}
-                    for x in self.store.family(sig.NVLINK_TX):
-                        per_link.setdefault(x.labels[0], []).append(x)
+                    per_link = self._links_by_gpu()
                 links = per_link.get(g.gpu, [])
             if self._idled(g, now - w, now):
                 continue
@@ -537,6 +538,20 @@ class Engine:
         self._comm_clear = clearly
         self._comm_gpus = out
         return out
+
+    def _links_by_gpu(self) -> dict[str, list[Series]]:
+        """The per-link NVLink transmit series by GPU, in the store's order:
+        grouped again only when the family's series changed (the same series
+        objects, checked by identity, group the same way)."""
+        fam = self.store.family(sig.NVLINK_TX)
+        seen, grouped = self._links
+        if len(fam) == len(seen) and all(map(is_, fam, seen)):
+            return grouped
+        grouped = {}
+        for x in fam:
+            grouped.setdefault(x.labels[0], []).append(x)
+        self._links = (fam, grouped)
+        return grouped
 
     def _comm_kept(self, now: float, step: float) -> list[GpuState]:
         """The last check's slow GPUs, where that check was the one before:
