@@ -108,6 +108,19 @@ class History(Sequence[Point]):
         k = self._index(index)
         return _new_point(Point, (ring[k], ring[k + 1]))
 
+    def tail_times(self, n: int) -> list[float]:
+        """The times of the newest ``n`` points (every point, when fewer), oldest
+        first: read off the ring in place, without a :class:`Point` each."""
+        m = min(n, self._n)
+        if self._order is None or m <= 0:
+            return []
+        ring, head, used = self._order
+        if used < len(ring):  # not wrapped: the newest point ends at ``used``
+            return ring[used - 2 * m : used : 2].tolist()
+        if head >= 2 * m:
+            return ring[head - 2 * m : head : 2].tolist()
+        return ring[used - (2 * m - head) :: 2].tolist() + ring[0:head:2].tolist()
+
     def _offsets(self, newest_first: bool) -> Iterable[int]:
         if self._order is None:
             return ()
@@ -180,6 +193,16 @@ class Series:
     def history(self) -> History:
         """Recent points, oldest first (a view; see :class:`History`)."""
         return History(self.ring, self.head, self.full)
+
+    def first_ts(self) -> float | None:
+        """Time of the oldest point in :attr:`history` (None when it is empty),
+        without a view."""
+        ring = self.ring
+        if ring is None:
+            return None
+        if self.full:
+            return ring[self.head]
+        return ring[0] if self.head else None
 
     def label_map(self) -> dict[str, str]:
         """Labels as a name -> value mapping (allocates; not for hot paths)."""

@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
+from operator import is_
 
 from fabricwatch.engine import signals as sig
 from fabricwatch.engine.attribution import Attribution, attribute
@@ -211,6 +213,8 @@ class Engine:
         self._groups_at = -math.inf
         # The slowdown check's window reads, kept in step with the store's rings.
         self._windows = HistoryMirrors()
+        # The per-link NVLink series grouped by GPU, and the family they were grouped from.
+        self._links: tuple[Sequence[Series], dict[str, list[Series]]] = ((), {})
 
     # -- public surface -------------------------------------------------
 
@@ -471,7 +475,7 @@ class Engine:
         clear: set[str] = set()
         per_link: dict[str, list[Series]] | None = None  # grouped once, when needed
         spare = _spare(groups, s.slow_gpus_ratio)
-        means = self._windows.chunk_means
+        means = self._windows.summed_means
         for g in job:
             left = spare.get(g.gpu)
             if left is not None:
@@ -482,9 +486,7 @@ class Engine:
             links = [series] if series is not None else []
             if not links:
                 if per_link is None:
-                    per_link = {}
-                    for x in self.store.family(sig.NVLINK_TX):
-                        per_link.setdefault(x.labels[0], []).append(x)
+                    per_link = self._links_by_gpu()
                 links = per_link.get(g.gpu, [])
             if self._idled(g, now - w, now):
                 continue
@@ -536,6 +538,20 @@ class Engine:
         self._comm_clear = clearly
         self._comm_gpus = out
         return out
+
+    def _links_by_gpu(self) -> dict[str, list[Series]]:
+        """The per-link NVLink transmit series by GPU, in the store's order:
+        grouped again only when the family's series changed (the same series
+        objects, checked by identity, group the same way)."""
+        fam = self.store.family(sig.NVLINK_TX)
+        seen, grouped = self._links
+        if len(fam) == len(seen) and all(map(is_, fam, seen)):
+            return grouped
+        grouped = {}
+        for x in fam:
+            grouped.setdefault(x.labels[0], []).append(x)
+        self._links = (fam, grouped)
+        return grouped
 
     def _comm_kept(self, now: float, step: float) -> list[GpuState]:
         """The last check's slow GPUs, where that check was the one before:
@@ -873,11 +889,12 @@ class Engine:
             n = min(chunks, _whole_windows([*links, *work], latest, w))
             if n < _MIN_CHUNKS:
                 continue
-            change = _change(self._windows.chunk_means, work, latest, w, n)
+            change = _change(self._windows.summed_means, work, latest, w, n)
             if change is not None:
                 ratios.append(change.ratio)
-            traffic = _change(self._trimmed_means, links, latest, w, n)
-            level = _change(self._trimmed_means, work, latest, w, n)
+            trimmed = partial(_summed, self._trimmed_means)
+            traffic = _change(trimmed, links, latest, w, n)
+            level = _change(trimmed, work, latest, w, n)
             if (
                 traffic is not None
                 and traffic.fell(1.0 - s.slow_ratio)
@@ -1270,11 +1287,24 @@ class _Change:
     """A series' mean over the latest window against its own history."""
 
     ratio: float  # latest window mean / median of the history's window means
-    noise: float  # 3 sigma of the history's window means, relative to their median
+    history: Sequence[float]  # the history's window means
+    base: float  # their median
+
+    @property
+    def noise(self) -> float:
+        """3 sigma of the history's window means, relative to their median."""
+        return 3.0 * sig.mad(self.history, self.base) / self.base
 
     def fell(self, limit: float) -> bool:
         """Below the history by more than its noise (at least 5 %; never
         more asked than ``limit``, what ``slow_ratio`` asks of SM activity)."""
+        # The bar lies between 1 - limit and 1 - min(limit, 5 %) whatever the
+        # noise: outside that band the answer needs no noise, which is most
+        # of the cost (this runs for every job GPU on every sample).
+        if self.ratio >= 1.0 - min(limit, _MIN_DROP):
+            return False
+        if self.ratio < 1.0 - limit:
+            return True
         return self.ratio < 1.0 - min(limit, max(_MIN_DROP, self.noise))
 
     def fell_clearly(self, limit: float) -> bool:
@@ -1285,6 +1315,11 @@ class _Change:
     def rose(self) -> bool:
         """Above the history by more than its noise (2-5 %): a few windows of
         a changed mix already in the history must not hide it."""
+        # As in fell(): the bar lies in [1.02, 1.05] whatever the noise.
+        if self.ratio <= 1.0 + 0.02:
+            return False
+        if self.ratio > 1.0 + 0.05:
+            return True
         return self.ratio > 1.0 + min(0.05, max(0.02, self.noise))
 
 
@@ -1297,15 +1332,20 @@ def _whole_windows(series: Sequence[Series], now: float, width: float) -> int:
     history covers."""
     have = math.inf
     for x in series:
-        first = next(iter(x.history), None)
+        first = x.first_ts()
         if first is None:
             return 0
-        have = min(have, (now - width - first.ts) // width)
+        have = min(have, (now - width - first) // width)
     return 0 if not math.isfinite(have) else max(0, int(have))
 
 
+_Summed = Callable[[Sequence[Series], float, float, int], tuple[float, list[float]] | None]
+"""Reads the latest and the earlier window means of series, summed over them
+(:meth:`HistoryMirrors.summed_means`, or :func:`_summed` over another reader)."""
+
+
 def _change(
-    chunk_means: Callable[[Series, float, float, int], list[float] | None],
+    summed: _Summed,
     series: Sequence[Series],
     now: float,
     width: float,
@@ -1314,23 +1354,46 @@ def _change(
     floor: float = 0.0,
 ) -> _Change | None:
     """The summed mean of ``series`` over the latest ``width`` against the
-    ``chunks`` windows before it (read by ``chunk_means``, as
+    ``chunks`` windows before it (read by ``summed``, on the spans of
     :func:`signals.chunk_means`); None without the data or below ``floor``."""
     if not series:
         return None
+    found = summed(series, now, width, chunks)
+    if found is None:
+        return None
+    recent, history = found
+    base = sig.median(history)
+    if base <= floor or base <= 0:
+        return None
+    return _Change(recent / base, history, base)
+
+
+def _summed(
+    chunk_means: Callable[[Series, float, float, int], list[float] | None],
+    series: Sequence[Series],
+    now: float,
+    width: float,
+    chunks: int,
+) -> tuple[float, list[float]] | None:
+    """The latest and the earlier window means of ``series`` (each read by
+    ``chunk_means``), summed over them in order from 0.0; None where a series
+    has none. The history's sums start from the first series' own means:
+    adding those to 0.0 would change no value but the sign of a zero, and no
+    decision reads that."""
     recent = 0.0
-    history = [0.0] * chunks
+    history: list[float] | None = None
     for x in series:
         means = chunk_means(x, now, width, chunks)
         if means is None:
             return None
         recent += means[0]
         # Summed series by series in the same order as a loop over j.
-        history = [h + m for h, m in zip(history, means[1:], strict=True)]
-    base = sig.median(history)
-    if base <= floor or base <= 0:
-        return None
-    return _Change(recent / base, 3.0 * sig.mad(history, base) / base)
+        history = (
+            means[1:]
+            if history is None
+            else [h + m for h, m in zip(history, means[1:], strict=True)]
+        )
+    return None if history is None else (recent, history)
 
 
 def _same_culprit(inc: Incident, attr: Attribution) -> bool:

@@ -324,11 +324,9 @@ def spacing(series: Series, n: int = 9) -> float:
     """Typical interval between a series' samples: the median of its last ``n``
     intervals (robust to a missing sample or a collector gap); NaN with fewer
     than two samples."""
-    hist = series.history
-    k = len(hist)
-    if k < 2:
+    ts = series.history.tail_times(n + 1)
+    if len(ts) < 2:
         return math.nan
-    ts = [hist[i].ts for i in range(max(0, k - n - 1), k)]
     return median(b - a for a, b in pairwise(ts) if b > a)
 
 

@@ -179,16 +179,72 @@ class HistoryMirrors:
         m = self._mirror(series, now - (chunks + 1) * width)
         if m is None:
             return sig.chunk_means(series, now, width, chunks)
-        times, values = m.times, m.values
-        lo = bisect_left(times, now - width)
-        hi = bisect_right(times, now, lo)
+        spans = _spans(m.times, now, width, chunks)
+        return None if spans is None else _means(m.values, spans)
+
+    def summed_means(
+        self, series: Sequence[Series], now: float, width: float, chunks: int
+    ) -> tuple[float, list[float]] | None:
+        """The latest window's and the earlier windows' :meth:`chunk_means`,
+        each summed over ``series`` in order from 0.0 (None where a series has
+        none). A series whose points have the times of the one before (a
+        GPU's NVLink links, polled together) shares its spans: one set of
+        bisections for all of them."""
+        recent = 0.0
+        history: list[float] | None = None
+        times: list[float] | None = None
+        spans: list[tuple[int, int]] | None = None
+        oldest = now - (chunks + 1) * width
+        for x in series:
+            m = self._mirror(x, oldest)
+            if m is None:
+                means = sig.chunk_means(x, now, width, chunks)
+            else:
+                if times is None or m.times != times:
+                    times = m.times
+                    spans = _spans(times, now, width, chunks)
+                means = None if spans is None else _means(m.values, spans)
+            if means is None:
+                return None
+            recent += means[0]
+            # Summed series by series, as a loop over the windows would.
+            history = (
+                means[1:]
+                if history is None
+                else [h + v for h, v in zip(history, means[1:], strict=True)]
+            )
+        if history is None:
+            return None
+        return recent, history
+
+
+def _spans(
+    times: list[float], now: float, width: float, chunks: int
+) -> list[tuple[int, int]] | None:
+    """The ``[lo, hi)`` positions in ``times`` (ordered) of each span of
+    :func:`signals.chunk_spans`, or None where a span holds under two points."""
+    start = now - width
+    lo = bisect_left(times, start)
+    hi = bisect_right(times, now, lo)
+    if hi - lo < 2:
+        return None
+    out = [(lo, hi)]
+    for j in range(chunks):
+        # A span ends 1 ms before the next one starts (at ``lo``, that one's
+        # first point): one bisection a span, and a step back over the rare
+        # point inside that millisecond.
+        end = start - 1e-3
+        hi = lo
+        while hi > 0 and times[hi - 1] > end:
+            hi -= 1
+        start = now - (j + 2) * width
+        lo = bisect_left(times, start, 0, hi)
         if hi - lo < 2:
             return None
-        out = [sum(values[lo:hi]) / (hi - lo)]
-        for j in range(chunks):
-            lo = bisect_left(times, now - (j + 2) * width)
-            hi = bisect_right(times, now - (j + 1) * width - 1e-3, lo)
-            if hi - lo < 2:
-                return None
-            out.append(sum(values[lo:hi]) / (hi - lo))
-        return out
+        out.append((lo, hi))
+    return out
+
+
+def _means(values: list[float], spans: list[tuple[int, int]]) -> list[float]:
+    """The plain mean of ``values`` over each span (summed in order, as ``signals`` sums)."""
+    return [sum(values[lo:hi]) / (hi - lo) for lo, hi in spans]

@@ -120,6 +120,10 @@ def test_packed_ring_reads_like_a_bounded_deque(history: int, n: int) -> None:
     assert h[-1].ts == model[-1][0] and h[0].value == model[0][1]
     with pytest.raises(IndexError):
         h[len(model)]
+    # The in-place reads the engine makes every tick: the oldest time, the newest times.
+    assert series.first_ts() == model[0][0]
+    for k in range(history + 2):
+        assert h.tail_times(k) == [t for t, _ in model][len(model) - min(k, len(model)) :]
 
 
 def test_history_only_for_the_families_named_and_latest_values_for_all() -> None:

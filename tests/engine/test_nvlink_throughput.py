@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from fabricwatch.engine import Engine
 from fabricwatch.engine import signals as sig
 from fabricwatch.engine.evidence import ScoreContext, score_nvlink_throughput
 from fabricwatch.engine.settings import EngineSettings
@@ -217,3 +218,42 @@ def test_half_the_gpus_falling_together_is_a_phase_not_a_link() -> None:
     _feed(store, 8, {"*": 20e9}, {"*": 0.8}, seconds=range(100), link="total")
     _feed(store, 8, {"*": 20e9, "1": 6e9}, {"*": 0.8}, seconds=range(100, 103), link="total")
     assert _score(store, 103.0) == ["gpu:1"]
+
+
+def test_links_by_gpu_follow_the_family_as_links_come_and_go() -> None:
+    """The slowdown check's grouping of per-link NVLink series by GPU is kept
+    between checks: regrouped when a link appears, expires or comes back as
+    a new series, never a stale group."""
+    store = new_store()
+    engine = Engine(EngineSettings(), store, "n1")
+
+    def feed(t: float, links: dict[str, list[str]]) -> None:
+        rows = [
+            Reading(sig.NVLINK_TX, (gpu, link), 1e9 * t, t)
+            for gpu, names in links.items()
+            for link in names
+        ]
+        store.ingest("nvml", rows, now=t)
+
+    def grouped() -> dict[str, list[tuple[str, ...]]]:
+        return {g: [x.labels for x in xs] for g, xs in engine._links_by_gpu().items()}
+
+    feed(100.0, {"0": ["0", "1"], "1": ["0"]})
+    assert grouped() == {"0": [("0", "0"), ("0", "1")], "1": [("1", "0")]}
+    assert engine._links_by_gpu() is engine._links_by_gpu()  # unchanged family: kept
+    feed(101.0, {"0": ["0", "1"], "1": ["0", "1"]})
+    assert grouped()["1"] == [("1", "0"), ("1", "1")]
+    # GPU 0's links go silent and expire; GPU 1's stay.
+    for t in range(102, 500, 50):
+        feed(float(t), {"1": ["0", "1"]})
+        store.expire(float(t))
+    assert grouped() == {"1": [("1", "0"), ("1", "1")]}
+    before = engine._links_by_gpu()["1"]
+    # Link 1 of GPU 1 expires and comes back: a new series object under the same labels.
+    for t in range(500, 900, 50):
+        feed(float(t), {"1": ["0"]})
+        store.expire(float(t))
+    feed(900.0, {"1": ["0", "1"]})
+    after = engine._links_by_gpu()["1"]
+    assert [x.labels for x in after] == [("1", "0"), ("1", "1")]
+    assert after[1] is not before[1] and after[1] is store.get(sig.NVLINK_TX, ("1", "1"))

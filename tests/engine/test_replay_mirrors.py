@@ -133,3 +133,50 @@ def test_a_series_without_a_ring() -> None:
     mirrors = HistoryMirrors()
     assert mirrors.chunk_means(ringless, 100.0, 1.0, 1) is None
     assert not mirrors.values(ringless, 0.0, 200.0)
+
+
+def _summed_by_signals(
+    group: list[Series], now: float, w: float, chunks: int
+) -> tuple[float, list[float]] | None:
+    """signals.chunk_means of each series, summed series by series from 0.0."""
+    recent = 0.0
+    history = [0.0] * chunks
+    for x in group:
+        means = sig.chunk_means(x, now, w, chunks)
+        if means is None:
+            return None
+        recent += means[0]
+        history = [h + m for h, m in zip(history, means[1:], strict=True)]
+    return recent, history
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_summed_means_of_links_polled_together_or_apart_equal_signals(seed: int) -> None:
+    """A GPU's links: one sample time for all (the spans are shared), or each
+    link missing its own samples (spans of its own), and a link missing for
+    longer than a span (no sum)."""
+    rnd = random.Random(200 + seed)
+    store = new_store(history=rnd.choice([60, 300]))
+    mirrors = HistoryMirrors()
+    apart = seed % 2 == 1
+    t = 1000.0
+    checked = 0
+    sent = [0.0] * 4  # the links' byte counters
+    for k in range(360):
+        t += rnd.choice([1.0, 1.0, 1.0, 0.999, 1.001])
+        readings = []
+        for link in range(4):
+            sent[link] += 1e10 * (1.0 + 0.3 * rnd.random())
+            if not (apart and rnd.random() < 0.15) and not (link == 3 and 100 <= k < 160):
+                readings.append(Reading(sig.NVLINK_TX, ("0", str(link)), sent[link], t))
+        store.ingest("nvml", readings, now=t)
+        group = sorted(store.family(sig.NVLINK_TX), key=lambda x: x.labels)
+        if len(group) < 4 or rnd.random() < 0.3:
+            continue
+        now = t - rnd.choice([0.0, 0.4, 3.0])
+        w, chunks = rnd.choice([(5.0, 4), (10.0, 8), (30.0, 8)])
+        got = mirrors.summed_means(group, now, w, chunks)
+        want = _summed_by_signals(group, now, w, chunks)
+        assert got == want
+        checked += got is not None
+    assert checked > 30
