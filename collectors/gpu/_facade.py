@@ -286,14 +286,16 @@ class FieldDecoder:
                 return list(zip(rets, map(float, flat[2::3]), strict=True))
         out = decode_fields(values)
         if _RAW is not None and isinstance(values, ctypes.Array):
-            self._learn(values, out)
+            self._learn(_RAW, values, out)
         return out
 
-    def _learn(self, values: Any, decoded: list[tuple[int, float | None]]) -> None:
+    def _learn(
+        self, raw: struct.Struct, values: Any, decoded: list[tuple[int, float | None]]
+    ) -> None:
         """Take this answer's layout when every field succeeded with a known value type."""
         if any(v is None for _, v in decoded):
             return  # a failed field's value type says nothing: keep the last layout
-        types = tuple(vtype for _f, _s, vtype, _r, _v in _RAW.iter_unpack(bytes(values)))  # type: ignore[union-attr]
+        types = tuple(vtype for _f, _s, vtype, _r, _v in raw.iter_unpack(bytes(values)))
         if types == self._types:
             return
         self._types = types
