@@ -242,6 +242,67 @@ def decode_fields(values: Any) -> list[tuple[int, float | None]]:
     return [(int(fv.nvmlReturn), _field_value(fv)) for fv in values]
 
 
+# valueType -> the 8-byte union member's format inside a whole-array struct.
+_VALUE_CODES = {
+    pynvml.NVML_VALUE_TYPE_DOUBLE: "d",
+    pynvml.NVML_VALUE_TYPE_UNSIGNED_INT: "I4x",
+    pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG: "Q",
+    pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG: "Q",
+    pynvml.NVML_VALUE_TYPE_SIGNED_LONG_LONG: "q",
+    pynvml.NVML_VALUE_TYPE_SIGNED_INT: "i4x",
+    pynvml.NVML_VALUE_TYPE_UNSIGNED_SHORT: "H6x",
+}
+
+
+class FieldDecoder:
+    """:func:`decode_fields` for one GPU's fixed request, in one ``struct`` call per cycle.
+
+    A field's value type does not change between calls, so once every field
+    of an answer succeeded, the whole array's layout (value type, return code
+    and value of each element) is one struct. Later answers are unpacked with
+    it and taken as they are when their value types and return codes are the
+    same again (every field succeeded); any other answer goes through
+    :func:`decode_fields`. The result is the same list either way.
+    """
+
+    __slots__ = ("_ok", "_types", "_whole")
+
+    def __init__(self) -> None:
+        self._whole: struct.Struct | None = None
+        self._types: tuple[int, ...] = ()
+        self._ok: tuple[int, ...] = ()
+
+    def decode(self, values: Any) -> list[tuple[int, float | None]]:
+        """``decode_fields(values)``."""
+        whole = self._whole
+        if (
+            whole is not None
+            and isinstance(values, ctypes.Array)
+            and ctypes.sizeof(values) == whole.size
+        ):
+            flat = whole.unpack_from(values)
+            rets = flat[1::3]
+            if rets == self._ok and flat[0::3] == self._types:
+                return list(zip(rets, map(float, flat[2::3]), strict=True))
+        out = decode_fields(values)
+        if _RAW is not None and isinstance(values, ctypes.Array):
+            self._learn(_RAW, values, out)
+        return out
+
+    def _learn(
+        self, raw: struct.Struct, values: Any, decoded: list[tuple[int, float | None]]
+    ) -> None:
+        """Take this answer's layout when every field succeeded with a known value type."""
+        if any(v is None for _, v in decoded):
+            return  # a failed field's value type says nothing: keep the last layout
+        types = tuple(vtype for _f, _s, vtype, _r, _v in raw.iter_unpack(bytes(values)))
+        if types == self._types:
+            return
+        self._types = types
+        self._ok = (pynvml.NVML_SUCCESS,) * len(types)
+        self._whole = struct.Struct("<" + "".join("24xII" + _VALUE_CODES[t] for t in types))
+
+
 def _field_array(request: Sequence[tuple[int, int]]) -> Any:
     arr = (pynvml.c_nvmlFieldValue_t * len(request))()
     for i, (fid, scope) in enumerate(request):
@@ -285,6 +346,7 @@ class _Device:
     links: int = 0
     request: list[tuple[int, int]] = field(default_factory=list)
     request_array: Any = None  # c_nvmlFieldValue_t[n], IDs filled once, reused every cycle
+    decoder: FieldDecoder = field(default_factory=FieldDecoder)
     slots: list[_Slot] = field(default_factory=list)
     unsupported: set[str] = field(default_factory=set)
     gpm: bool = False
@@ -470,7 +532,7 @@ class PynvmlBackend:
         if dev.request:
             fvs = self._call(dev, "fields", _get_field_values, h, dev.request_array)
             if fvs is not None:
-                for slot, (ret, v) in zip(dev.slots, decode_fields(fvs), strict=False):
+                for slot, (ret, v) in zip(dev.slots, dev.decoder.decode(fvs), strict=False):
                     if v is None:
                         if ret in _LOST_CODES:
                             raise GpuLost(f"GPU {index}: field values: GPU is lost")

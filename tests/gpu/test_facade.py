@@ -7,7 +7,12 @@ import ctypes.util
 import pynvml
 import pytest
 
-from fabricwatch.collectors.gpu._facade import PynvmlBackend
+from fabricwatch.collectors.gpu._facade import (
+    FieldDecoder,
+    PynvmlBackend,
+    _get_field_values,
+    decode_fields,
+)
 from fabricwatch.collectors.gpu._types import EventKind, FabricState, GpuLost, NvmlUnavailable
 
 from ._fakes import GB200_CLIQUE, GB200_CLUSTER, MIB, Fabric, FakeGpu
@@ -304,3 +309,78 @@ def test_events_unsupported(make_nvml: MakeNvml, h100: list[FakeGpu]) -> None:
     b.devices()
     assert not b.open_events()
     assert nvml.freed_event_sets == 1
+
+
+@pytest.mark.parametrize("generation", ["h100", "a100", "b200"])
+def test_field_decoder_equals_decode_fields(
+    make_nvml: MakeNvml, request: pytest.FixtureRequest, generation: str
+) -> None:
+    """The one-struct decode gives decode_fields' list, answer by answer, through
+    failing fields, a garbage value type, a value type change and the GPU lost."""
+    gpus: list[FakeGpu] = request.getfixturevalue(generation)
+    nvml = make_nvml(gpus)
+    b = _backend()
+    b.devices()
+    dev = b._devices[0]
+    g = gpus[0]
+    link_field = min(g.link_fields - {FI.NVML_FI_DEV_NVLINK_GET_STATE})
+    decoder = FieldDecoder()
+
+    def check() -> None:
+        try:
+            arr = _get_field_values(dev.handle, dev.request_array)
+        except pynvml.NVMLError:
+            return
+        assert decoder.decode(arr) == decode_fields(arr)
+
+    check()
+    assert decoder._whole is not None  # every field answered: the layout is learned
+    for c in g.link_counters:
+        c["crc"] += 3.0  # new values, same layout
+    check()
+    check()
+    g.refuse_fields = {link_field}  # a field failing after the layout was learned
+    check()
+    g.refuse_fields = set()
+    g.bad_value_type = {FI.NVML_FI_DEV_ENERGY}  # garbage value type: no value
+    check()
+    g.bad_value_type = set()
+    g.link_counters[1]["crc"] = 2.5  # a value that changes its value type
+    check()
+    check()
+    g.link_counters[1]["crc"] = 4.0
+    check()
+    nvml.field_error = pynvml.NVML_ERROR_GPU_IS_LOST
+    check()
+    nvml.field_error = None
+    g.lost = True
+    check()
+
+
+class _PlainDecoder(FieldDecoder):
+    """Decodes every answer field by field (the reference)."""
+
+    def decode(self, values: object) -> list[tuple[int, float | None]]:
+        return decode_fields(values)
+
+
+def test_sample_with_field_decoder_equals_plain_decode(
+    make_nvml: MakeNvml, h100: list[FakeGpu]
+) -> None:
+    """Samples decoded through the learned layout equal those decoded field by field."""
+    make_nvml(h100)
+    clock = Clock()
+    fast, plain = _backend(clock), _backend(clock)
+    fast.devices()
+    plain.devices()
+    for dev in plain._devices:
+        dev.decoder = _PlainDecoder()
+    for cycle in range(4):
+        clock.t += 1.0
+        for c in h100[2].link_counters:
+            c["tx_kib"] += 1000.0 * cycle
+        if cycle == 2:
+            h100[2].refuse_fields = {min(h100[2].link_fields - {FI.NVML_FI_DEV_NVLINK_GET_STATE})}
+        for i in range(len(h100)):
+            assert fast.sample(i, fabric=False) == plain.sample(i, fabric=False)
+    assert all(dev.decoder._whole is not None for dev in fast._devices)
