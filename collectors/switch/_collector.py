@@ -23,7 +23,7 @@ from fabricwatch.secrets import read_secret
 
 from . import _cbqos
 from . import _metrics as sig
-from ._ber import Oid, Special, Value, VarBind
+from ._ber import EncodedOids, Oid, Special, Value
 from ._client import (
     BulkSize,
     NativeV2cSession,
@@ -104,9 +104,12 @@ class _Target:
     ports: dict[int, str] = field(default_factory=dict)
     uplink_ports: dict[int, str] = field(default_factory=dict)
     tables: list[Table] = field(default_factory=list)
-    get_oids: tuple[Oid, ...] = ()  # every poll GETs these (see _plan)
-    poll_plan: list[_Plan] = field(default_factory=list)  # what each of get_oids is
+    get_oids: EncodedOids = field(default_factory=EncodedOids)  # every poll GETs these (_plan)
+    ecn_oids: tuple[Oid, ...] = ()  # the last of get_oids: the CBQoS ECN rows
+    # What each of get_oids is; empty while only compiled polls came since discovery.
+    poll_plan: list[_Plan] = field(default_factory=list)
     layout: _PollLayout | None = None  # where each port's values are (see _poll_layout)
+    mixed: bool = False  # a poll since discovery was taken one by one (see _readings)
     discovered_at: float | None = None
     failures: int = 0
     next_attempt: float = 0.0
@@ -613,6 +616,7 @@ class SwitchCollector:
         """Work out this target's per-poll requests once per discovery: the OIDs every
         poll GETs (:attr:`_Target.get_oids`) and what each is (``poll_plan``)."""
         t.label_cache = {}  # ports and tables may have changed
+        t.mixed = False
         oids: list[Oid] = [SYS_UPTIME]
         t.orphans = 0
         if t.mode == "switch":
@@ -629,7 +633,10 @@ class SwitchCollector:
 
         kept = [(p, o) for o, p in zip(oids, plans, strict=True) if p[0] in rank]
         kept.sort(key=lambda po: where(po[0]))
-        t.get_oids = tuple(o for _, o in kept)
+        # Kept encoded (the OIDs as tuples of ints are ~9x as large): the session sends
+        # them as they are, the ECN rows (last) are also kept decoded for the poll.
+        t.get_oids = EncodedOids(o for _, o in kept)
+        t.ecn_oids = tuple(o for p, o in kept if p[0] == _ECN)
         t.poll_plan = [p for p, _ in kept]
         t.layout = _poll_layout(t.poll_plan)
 
@@ -736,10 +743,6 @@ class SwitchCollector:
         order) as samples in ``out``."""
         assert t.profile is not None
         known = t.ports
-        plans = t.poll_plan
-        if len(plans) != len(t.get_oids):
-            plans = t.poll_plan = [self._plan_oid(t, o) for o in t.get_oids]
-            t.layout = _poll_layout(plans)
         layout = t.layout
         discs: dict[int, int]
         if layout is not None and set(map(type, values)) == _INT_ONLY:
@@ -747,17 +750,27 @@ class SwitchCollector:
             steady = t.steady
             if steady is None or steady.layout is not layout:
                 steady = t.steady = _compile(t, layout)
+                if not t.mixed:
+                    # Only polls taken one by one read each OID's plan and each port's
+                    # recipes (~4 MiB a 512-port switch); made again if one comes.
+                    t.poll_plan = []
+                    t.label_cache = {}
             self._uptime(t, values[0] if layout.uptime else None)  # type: ignore[arg-type]
             self._steady_samples(t, steady, values, ts, out)  # type: ignore[arg-type]
-            ecn_vbs = list(zip(t.get_oids[layout.ecn :], values[layout.ecn :], strict=True))
+            ecn_vbs = list(zip(t.ecn_oids, values[layout.ecn :], strict=True))
             if ecn_vbs:
                 discs = dict(zip(steady.if_indexes, steady.disc(values), strict=True))
         else:
             # Its caches (link states, speeds) are of polls before this one.
             t.steady = None
+            t.mixed = True
+            plans = t.poll_plan
+            if len(plans) != len(t.get_oids):
+                plans = t.poll_plan = [self._plan_oid(t, o) for o in t.get_oids]
             ports: dict[int, _PortData] = {}
-            ecn_vbs = []
-            self._uptime(t, self._take(t.get_oids, plans, values, ports, ecn_vbs))
+            self._uptime(t, self._take(plans, values, ports))
+            # (ecn_marks passes over values that are no numbers, as _take does)
+            ecn_vbs = list(zip(t.ecn_oids, values[len(values) - len(t.ecn_oids) :], strict=True))
             self._say_missing(t, ports)
             for if_index, pd in ports.items():
                 self._port_samples(t, if_index, pd, out)
@@ -775,16 +788,12 @@ class SwitchCollector:
 
     @staticmethod
     def _take(
-        oids: Sequence[Oid],
-        plans: Sequence[_Plan],
-        values: Sequence[Value],
-        ports: dict[int, _PortData],
-        ecn_vbs: list[VarBind],
+        plans: Sequence[_Plan], values: Sequence[Value], ports: dict[int, _PortData]
     ) -> int | None:
-        """A poll's values one by one into ``ports`` and ``ecn_vbs`` (any poll: exception
-        values, summed rows); its sysUpTime."""
+        """A poll's port values one by one into ``ports`` (any poll: exception values,
+        summed rows); its sysUpTime."""
         uptime: int | None = None
-        for oid, plan, value in zip(oids, plans, values, strict=True):
+        for plan, value in zip(plans, values, strict=True):
             if type(value) is not int:  # bytes, OIDs, exceptions (Special), NULL
                 continue
             kind = plan[0]
@@ -803,8 +812,6 @@ class SwitchCollector:
                 pd.values[plan[2]] = value
             elif kind == _UPTIME:
                 uptime = value
-            elif kind == _ECN:
-                ecn_vbs.append((oid, value))
         return uptime
 
     def _say_missing(self, t: _Target, ports: dict[int, _PortData]) -> None:
