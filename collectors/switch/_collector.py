@@ -168,6 +168,8 @@ def _poll_layout(plans: Sequence[_Plan]) -> _PollLayout | None:
     pos = int(uptime)
     ports: list[_PortSlice] = []
     seen: set[int] = set()
+    # Ports mostly have the same columns and counters: one tuple of each kept for all.
+    shared: dict[tuple[Any, ...], tuple[Any, ...]] = {}
     while pos < len(plans) and plans[pos][0] in (_IF, _COUNTER):
         if_index = plans[pos][1]
         if if_index in seen:
@@ -184,7 +186,17 @@ def _poll_layout(plans: Sequence[_Plan]) -> _PollLayout | None:
         tables = tuple(p[4] for p in plans[mid:pos] if p[4] is not None)
         if len(set(names)) != len(names) or len(set(keys)) != pos - mid or len(tables) != len(keys):
             return None
-        ports.append((if_index, start, mid, pos, names, keys, tables))
+        ports.append(
+            (
+                if_index,
+                start,
+                mid,
+                pos,
+                shared.setdefault(names, names),
+                shared.setdefault(keys, keys),
+                shared.setdefault(tables, tables),
+            )
+        )
     ecn = pos
     if any(p[0] != _ECN for p in plans[ecn:]):
         return None
@@ -963,8 +975,8 @@ class SwitchCollector:
         for rp in st.rated:
             by_family: dict[str, tuple[list[int], list[tuple[str, ...]], list[float], list[float]]]
             by_family = {}
-            for e, ((family, labels), scale, k) in enumerate(
-                zip(rp.gauges, rp.scales, rp.ports, strict=True)
+            for e, (family, labels, scale, k) in enumerate(
+                zip(rp.families, rp.labels, rp.scales, rp.ports, strict=True)
             ):
                 if isinstance(scale, tuple):
                     mul, div = scale
@@ -1240,7 +1252,8 @@ class _RatedPart:
     keys: tuple[tuple[object, ...], ...]
     pick: _Pick
     ports: list[int]
-    gauges: list[_Gauge]
+    families: list[str]  # each counter's gauge: its family and labels (two lists, not
+    labels: list[tuple[str, ...]]  # a (family, labels) tuple each: ~70 bytes less a counter)
     scales: list[int | _Scale]  # _BIT, _PAUSE or a fixed scale
     epochs: list[int | None] = field(default_factory=list)
     outs: list[_GaugeOut] = field(default_factory=list)  # for the last poll's speeds
@@ -1291,8 +1304,20 @@ def _compile(t: _Target, layout: _PollLayout) -> _Steady:
     low: list[int] = []
     counters: dict[str, tuple[list[int], list[float], list[tuple[str, ...]], list[int]]] = {}
     rated: dict[
-        int, tuple[list[tuple[object, ...]], list[int], list[int], list[_Gauge], list[int | _Scale]]
+        int,
+        tuple[
+            list[tuple[object, ...]],
+            list[int],
+            list[int],
+            list[str],
+            list[tuple[str, ...]],
+            list[int | _Scale],
+        ],
     ] = {}
+    # One int object per position and one tuple per fixed scale, however many parts
+    # refer to them (a 512-port switch's poll has ~21 000 positions).
+    ints = list(range(layout.ecn))
+    fixed: dict[_Scale, _Scale] = {}
 
     def counter(family: str, at: int, unit: float, labels: tuple[str, ...], k: int) -> None:
         got = counters.get(family)
@@ -1308,19 +1333,20 @@ def _compile(t: _Target, layout: _PollLayout) -> _Steady:
     ) -> None:
         got = rated.get(bits)
         if got is None:
-            got = rated[bits] = ([], [], [], [], [])
+            got = rated[bits] = ([], [], [], [], [], [])
         got[0].append(key)
         got[1].append(at)
         got[2].append(k)
-        got[3].append(g)
-        got[4].append(scale)
+        got[3].append(g[0])
+        got[4].append(g[1])
+        got[5].append(scale)
 
     for k, (if_index, start, mid, _, names, keys, tables) in enumerate(layout.ports):
         port = t.ports[if_index]
         pc = t.label_cache.get(if_index)
         if pc is None or pc.port != port:
             pc = t.label_cache[if_index] = _PortCache.of(sw, port, if_index)
-        at = {name: start + j for j, name in enumerate(names)}
+        at = {name: ints[start + j] for j, name in enumerate(names)}
         have.update(names)
         if_indexes.append(if_index)
         port_labels.append(pc.sp)
@@ -1339,17 +1365,14 @@ def _compile(t: _Target, layout: _PollLayout) -> _Steady:
                 counter(family, at[name], 1.0, pc.by_dir[direction], k)
         for j, (key, tb) in enumerate(zip(keys, tables, strict=True)):
             labels, rate_key, family, kind, dur_key, gauge = pc.recipe(sw, if_index, key, tb)
-            counter(family, mid + j, tb.unit if kind == _DURATION else 1.0, labels, k)
+            counter(family, ints[mid + j], tb.unit if kind == _DURATION else 1.0, labels, k)
             if gauge is None or (dur_key is not None and dur_key in keys):
                 continue  # no gauge, or the ratio comes from the duration counter
-            rate(
-                tb.bits,
-                rate_key,
-                mid + j,
-                k,
-                gauge,
-                (tb.unit, 1.0) if kind == _DURATION else _PAUSE,
-            )
+            if kind == _DURATION:
+                scale: int | _Scale = fixed.setdefault((tb.unit, 1.0), (tb.unit, 1.0))
+            else:
+                scale = _PAUSE
+            rate(tb.bits, rate_key, ints[mid + j], k, gauge, scale)
     return _Steady(
         layout,
         if_indexes,
@@ -1368,7 +1391,7 @@ def _compile(t: _Target, layout: _PollLayout) -> _Steady:
             for f, (at, units, labels, ports) in counters.items()
         ],
         [
-            _RatedPart(bits, tuple(keys), _picker(at), ports, gauges, scales)
-            for bits, (keys, at, ports, gauges, scales) in rated.items()
+            _RatedPart(bits, tuple(keys), _picker(at), ports, families, labels, scales)
+            for bits, (keys, at, ports, families, labels, scales) in rated.items()
         ],
     )
