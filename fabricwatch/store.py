@@ -146,8 +146,9 @@ class Series:
             written by the store only.
         head: float offset in ``ring`` of the next point to write.
         full: whether the ring has wrapped (every slot holds a point).
-        text_prefix: the exposition's rendered sample prefix (name and
-            labels), cached here by ``/metrics`` so it dies with the series.
+        text_labels: the labels as the exposition writes them (sorted,
+            escaped), cached here by ``/metrics`` so it dies with the series;
+            one string for the series of every family with these labels.
     """
 
     spec: MetricSpec
@@ -164,7 +165,7 @@ class Series:
     _rate: Rate | float | None = None
     histogram: HistogramValue | None = None
     counter: CounterState | None = None
-    text_prefix: str | None = None
+    text_labels: str | None = None
     _shape: tuple[float, bool, bool] = (0.0, False, False)
 
     @property
