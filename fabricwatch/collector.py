@@ -20,6 +20,10 @@ from fabricwatch.errors import CollectorError
 from fabricwatch.readings import MetricSpec, Reading
 from fabricwatch.settings import option
 
+MIN_DERIVED_TIMEOUT = 5.0
+"""The shortest collection timeout derived from an interval (see
+:meth:`CollectorSettings.collection_timeout`): what every collector had before."""
+
 
 class StartupPolicy(enum.Enum):
     """What the daemon does when a collector's ``start()`` fails."""
@@ -40,7 +44,8 @@ class CollectorSettings:
         enabled: run this collector at all.
         interval: seconds between collections.
         timeout: a collection still running after this many seconds is
-            cancelled and counted as failed.
+            cancelled and counted as failed (0: derived from the interval, see
+            :meth:`collection_timeout`).
         startup: what to do when the collector cannot start.
     """
 
@@ -49,15 +54,27 @@ class CollectorSettings:
         1.0, "Seconds between collections.", min=0.05, max=3600.0, duration=True
     )
     timeout: float = option(
-        5.0,
-        "Cancel a collection that runs longer than this (seconds).",
-        min=0.01,
+        0.0,
+        "Cancel a collection that runs longer than this (seconds; 0: 0.9 x interval, "
+        "at least 5 s).",
+        min=0.0,
         max=3600.0,
         duration=True,
     )
     startup: StartupPolicy = option(
         StartupPolicy.RETRY, "On start failure: error (refuse to run), ignore, or retry."
     )
+
+    def collection_timeout(self) -> float:
+        """Seconds a collection (or ``start()``) may take: ``timeout``, or where it is 0
+        0.9 x ``interval``, at least :data:`MIN_DERIVED_TIMEOUT`.
+
+        A collector polled every 10 s or more has the time its interval gives: one
+        switch-mode poller's first collection discovers every switch (four 512-port
+        switches took ~8 s on the 2-core reference box), which a fixed 5 s cancelled
+        again at every attempt.
+        """
+        return self.timeout or max(MIN_DERIVED_TIMEOUT, 0.9 * self.interval)
 
     def sources(self) -> frozenset[str]:
         """What this collector polls that no other enabled collector may poll too.

@@ -117,8 +117,9 @@ class StoreSettings:
     )
     max_series_per_collector: int = option(
         50_000,
-        "Series one collector may create (of its families); beyond it new series are "
-        "dropped, counted and logged (0 = no limit).",
+        "Series one collector may create (of its families) for each source it polls (a "
+        "switch or gNMI target; one for a collector without targets); beyond it new "
+        "series are dropped, counted and logged (0 = no limit).",
         min=0,
         max=10_000_000,
     )

@@ -417,7 +417,10 @@ class Daemon:
 
     async def _wait_first_attempts(self) -> None:
         # READY=1 waits for each collector's first sample, bounded by its timeout.
-        limit = max((c.timeout for c in self.config.collectors.values() if c.enabled), default=0.0)
+        limit = max(
+            (c.collection_timeout() for c in self.config.collectors.values() if c.enabled),
+            default=0.0,
+        )
         deadline = self._monotonic() + limit + 1.0
         while not self.supervisor.ready() and self._monotonic() < deadline:
             if self._stop.is_set():

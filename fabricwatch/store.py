@@ -43,7 +43,6 @@ from typing import NamedTuple, overload
 from fabricwatch.counters import CounterState, FamilyCounters, Rate, TrackerSettings
 from fabricwatch.readings import Batch, Columns, HistogramValue, MetricKind, MetricSpec, Reading
 
-SeriesKey = tuple[str, tuple[str, ...]]
 _Route = tuple[MetricSpec, dict[tuple[str, ...], "Series"], bool, bool, int, bool]
 """(spec, the family's series by labels, whether it is a counter, whether it keeps
 history, the counter width, whether it is a histogram), per family a collector feeds."""
@@ -160,8 +159,9 @@ class Series:
             written by the store only.
         head: float offset in ``ring`` of the next point to write.
         full: whether the ring has wrapped (every slot holds a point).
-        text_prefix: the exposition's rendered sample prefix (name and
-            labels), cached here by ``/metrics`` so it dies with the series.
+        text_labels: the labels as the exposition writes them (sorted,
+            escaped), cached here by ``/metrics`` so it dies with the series;
+            one string for the series of every family with these labels.
     """
 
     spec: MetricSpec
@@ -178,7 +178,7 @@ class Series:
     _rate: Rate | float | None = None
     histogram: HistogramValue | None = None
     counter: CounterState | None = None
-    text_prefix: str | None = None
+    text_labels: str | None = None
     _shape: tuple[float, bool, bool] = (0.0, False, False)
 
     @property
@@ -267,7 +267,8 @@ class SnapshotStore:
         self._oldest = math.inf
         self._specs: dict[str, MetricSpec] = {}
         self._owners: dict[str, set[str]] = {}
-        self._series: dict[SeriesKey, Series] = {}
+        # Every series, by family and then by label values: the one index (a second
+        # one by (family, labels) cost ~100 bytes a series, ~10 MiB in switch mode).
         self._by_name: dict[str, dict[tuple[str, ...], Series]] = {}
         # Per collector: family name -> _Route, for the families that
         # collector may feed; one dict lookup per reading instead of three.
@@ -359,7 +360,6 @@ class SnapshotStore:
     ) -> None:
         """The single readings of :meth:`ingest`, one by one."""
         rejected_before = result.rejected
-        series_map = self._series
         tracker = self._tracker
         ring_floats = 2 * self._history
         blank = self._blank
@@ -390,7 +390,6 @@ class SnapshotStore:
                     result.reject("labels")
                     continue
                 s = Series(spec, labels, collector, value, ts, blank[:] if keep else None)
-                series_map[(name, labels)] = s
                 family[labels] = s
             s.updated = ts
             if ts < oldest:  # noqa: PLR1730 - cheaper than min() on the hottest loop
@@ -644,7 +643,6 @@ class SnapshotStore:
             s = family.get(labels)
             if s is None:
                 s = Series(spec, labels, collector, value, ts, blank[:] if keep else None)
-                self._series[(spec.name, labels)] = s
                 family[labels] = s
                 if fc is not None:
                     fc.add(value, ts, epoch)  # first sample: update() gives None
@@ -674,14 +672,19 @@ class SnapshotStore:
         cutoff = now - self._stale_after
         if cutoff <= self._oldest:
             return 0  # no series is older than the oldest one seen: nothing to scan
-        old = [k for k, s in self._series.items() if s.updated < cutoff]
-        for key in old:
-            del self._series[key]
-            del self._by_name[key[0]][key[1]]
-        if old and self._columns:
-            self._prune_columns({name for name, _ in old})
-        self._oldest = min((s.updated for s in self._series.values()), default=math.inf)
-        return len(old)
+        dropped = 0
+        names: set[str] = set()
+        for name, family in self._by_name.items():
+            old = [labels for labels, s in family.items() if s.updated < cutoff]
+            for labels in old:
+                del family[labels]
+            if old:
+                dropped += len(old)
+                names.add(name)
+        if names and self._columns:
+            self._prune_columns(names)
+        self._oldest = min((s.updated for s in self._all()), default=math.inf)
+        return dropped
 
     def _prune_columns(self, names: set[str]) -> None:
         """Drop expired series from the column states of families ``names``; those
@@ -708,7 +711,7 @@ class SnapshotStore:
         points added. The rings are preallocated, so this must not change RSS.
         """
         added = 0
-        for s in self._series.values():
+        for s in self._all():
             ring = s.ring
             if ring is None or s.full or s.head == 0:
                 continue
@@ -730,7 +733,8 @@ class SnapshotStore:
 
     def get(self, name: str, labels: tuple[str, ...]) -> Series | None:
         """One series, or None."""
-        return self._series.get((name, labels))
+        family = self._by_name.get(name)
+        return None if family is None else family.get(labels)
 
     def family(self, name: str) -> Sequence[Series]:
         """Every series of one family (empty if none or undeclared)."""
@@ -745,10 +749,14 @@ class SnapshotStore:
         return MappingProxyType(self._by_name.get(name, {}))
 
     def __iter__(self) -> Iterator[Series]:
-        return iter(tuple(self._series.values()))
+        return iter(tuple(self._all()))
 
     def __len__(self) -> int:
-        return len(self._series)
+        return sum(map(len, self._by_name.values()))
+
+    def _all(self) -> Iterator[Series]:
+        """Every series, family by family (a live view: not while one is added or dropped)."""
+        return chain.from_iterable(family.values() for family in self._by_name.values())
 
 
 def _invalid(values: Sequence[float], is_counter: bool) -> dict[int, str]:

@@ -115,6 +115,7 @@ class Supervisor:
     ) -> None:
         self._store = store
         self._max_series = max_series
+        self._limits: dict[str, int] = {}  # per collector: max_series x its sources
         self._families: dict[str, tuple[str, ...]] = {}
         clock = clock or Clock()
         self._monotonic = clock.monotonic
@@ -129,6 +130,10 @@ class Supervisor:
         """Register a collector before :meth:`start`."""
         self._entries.append((collector, settings))
         self._states[collector.name] = CollectorState(collector.name)
+        # Each switch (or gNMI target) a collector polls adds its own allowance: the
+        # limit guards against a runaway table, not against polling more switches
+        # (four 512-port switches in switch mode make ~105 000 series).
+        self._limits[collector.name] = self._max_series * max(1, len(settings.sources()))
         specs = tuple(collector.metrics())
         self._families[collector.name] = tuple(sp.name for sp in specs)
         self._store.register(collector.name, specs)
@@ -190,7 +195,9 @@ class Supervisor:
     async def _close(self, collector: Collector, settings: CollectorSettings) -> None:
         t0 = time.monotonic()
         try:
-            await asyncio.wait_for(collector.close(), timeout=max(1.0, settings.timeout))
+            await asyncio.wait_for(
+                collector.close(), timeout=max(1.0, settings.collection_timeout())
+            )
         except Exception as exc:  # noqa: BLE001 - close must never stop shutdown
             log.warning(
                 "collector_close_failed",
@@ -203,10 +210,11 @@ class Supervisor:
 
     async def _try_start(self, collector: Collector, settings: CollectorSettings) -> bool:
         state = self._states[collector.name]
+        timeout = settings.collection_timeout()
         try:
-            await asyncio.wait_for(collector.start(), timeout=settings.timeout)
+            await asyncio.wait_for(collector.start(), timeout=timeout)
         except TimeoutError:
-            state.fail("start_timeout", f"start() took longer than {settings.timeout}s")
+            state.fail("start_timeout", f"start() took longer than {timeout}s")
         except Exception as exc:  # noqa: BLE001 - isolation is the point
             state.fail("start", str(exc) or type(exc).__name__)
         else:
@@ -262,10 +270,11 @@ class Supervisor:
         try:
             # asyncio.timeout runs collect() in this task; wait_for would wrap
             # it in a new task every cycle (measurable at 1 Hz x collectors).
-            async with asyncio.timeout(settings.timeout):
+            async with asyncio.timeout(settings.collection_timeout()):
                 readings = await collector.collect()
         except TimeoutError:
-            state.fail("timeout", f"collection took longer than {settings.timeout}s")
+            timeout = settings.collection_timeout()
+            state.fail("timeout", f"collection took longer than {timeout}s")
             self._log_failure(state)
         except CollectionFailedError as exc:
             # Down, but its readings say why (e.g. every switch target down).
@@ -312,9 +321,9 @@ class Supervisor:
     def _cap(
         self, name: str, readings: Sequence[Reading], state: CollectorState
     ) -> Sequence[Reading]:
-        """Drop readings that would create series beyond ``max_series`` for this
-        collector (a 10k-row table in switch mode must not take the node's memory)."""
-        limit = self._max_series
+        """Drop readings that would create series beyond ``max_series`` a source for
+        this collector (a 10k-row table in switch mode must not take the node's memory)."""
+        limit = self._limits.get(name, self._max_series)
         if limit <= 0:
             return readings
         store = self._store

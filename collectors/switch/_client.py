@@ -32,6 +32,7 @@ from ._ber import (
     GET,
     GETBULK,
     REQUEST_IDS,
+    EncodedOids,
     Names,
     Oid,
     Response,
@@ -39,9 +40,9 @@ from ._ber import (
     Value,
     VarBind,
     decode_response,
-    encode_varbind_list,
-    names_of,
+    encode_oid,
     request_template,
+    varbind_list,
 )
 
 ERROR_STATUS = {
@@ -172,14 +173,13 @@ class _Channel(asyncio.DatagramProtocol):
         self.names: dict[int, Names] = {}
         self.transport: asyncio.DatagramTransport | None = None
         self.error: Exception | None = None
-        self.oids: dict[bytes, Oid] = {}  # decoded OIDs by encoding (decode_response)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
 
     def datagram_received(self, data: bytes, addr: tuple[str | Any, int]) -> None:
         try:
-            resp = decode_response(data, self.oids, self.names.get)
+            resp = decode_response(data, self.names.get)
         except ParseError as exc:
             self.stats.malformed += 1
             self.stats.last_malformed = str(exc)
@@ -196,9 +196,9 @@ class _Channel(asyncio.DatagramProtocol):
 
 _RID_LOW = REQUEST_IDS[0]
 _RID_SPAN = REQUEST_IDS[1] - REQUEST_IDS[0] + 1
-_PREPARED_CAP = 1024
-"""Encoded GET requests a session keeps (~1 KB each)."""
 _Prepared = tuple[bytes, bytes, "Names"]
+_IMMUTABLE = (tuple, EncodedOids)
+"""Sequences of OIDs a session may keep requests of, by identity."""
 """A request: its message before and after the request-id, and its names' encodings."""
 
 
@@ -229,12 +229,11 @@ class NativeV2cSession:
         self.stats = SessionStats()
         self._channel: _Channel | None = None
         self._ids = itertools.count(random.randrange(1, 1 << 30))  # noqa: S311 - not security
-        self._prepared: dict[tuple[int, int, int, tuple[Oid, ...]], _Prepared] = {}
         self._patterns: dict[tuple[int, ...], re.Pattern[bytes]] = {}  # see Names
-        # The last get_values() OIDs (a tuple: immutable), the GET size and their
+        # The last get_values() OIDs (immutable: a tuple or EncodedOids), the GET size and their
         # requests: a poll GETs the same tuple every cycle, found by identity, not
         # by hashing it.
-        self._last_get: tuple[tuple[Oid, ...], int, list[_Prepared]] | None = None
+        self._last_get: tuple[Sequence[Oid], int, list[_Prepared]] | None = None
 
     async def _ensure(self) -> _Channel:
         if self._channel is None or self._channel.transport is None:
@@ -246,21 +245,11 @@ class NativeV2cSession:
             self._channel = proto
         return self._channel
 
-    def _prepare(
-        self, pdu: int, a: int, b: int, oids: tuple[Oid, ...], *, keep: bool = True
-    ) -> _Prepared:
-        """A request's message around its request-id, and its names' encodings;
-        ``keep``: cached for the next time it is sent."""
-        key = (pdu, a, b, oids)
-        got = self._prepared.get(key)
-        if got is None:
-            head, tail = request_template(self._community, pdu, a, b, encode_varbind_list(oids))
-            got = (head, tail, names_of(oids, self._patterns))
-            # Polls repeat the same GETs (a 512-port switch ~420 a poll): keep
-            # them, bounded.
-            if keep and len(self._prepared) < _PREPARED_CAP:
-                self._prepared[key] = got
-        return got
+    def _prepare(self, pdu: int, a: int, b: int, tlvs: Sequence[bytes]) -> _Prepared:
+        """A request for the names encoded as ``tlvs``: its message around its
+        request-id, and its names."""
+        head, tail = request_template(self._community, pdu, a, b, varbind_list(tlvs))
+        return head, tail, Names(tlvs, self._patterns)
 
     async def _request(
         self, request: _Prepared, *, by_name: bool = False, tries: int = 0
@@ -365,7 +354,6 @@ class NativeV2cSession:
                     if size.varbinds == before:
                         continue
                     # The rest in the larger size.
-                self._prepared.clear()  # requests of a size no longer sent
                 break
         return out
 
@@ -375,17 +363,19 @@ class NativeV2cSession:
         last = self._last_get
         if not start and last is not None and last[0] is oids and last[1] == n:
             return last[2]
-        requests = [
-            self._prepare(GET, 0, 0, tuple(oids[i : i + n])) for i in range(start, len(oids), n)
-        ]
-        if not start and type(oids) is tuple:
+        if type(oids) is EncodedOids:
+            tlvs = oids.tlvs(start, len(oids))
+        else:
+            tlvs = [encode_oid(o) for o in oids[start:]]
+        requests = [self._prepare(GET, 0, 0, tlvs[i : i + n]) for i in range(0, len(tlvs), n)]
+        if not start and type(oids) in _IMMUTABLE:
             self._last_get = (oids, n, requests)
         return requests
 
     async def bulk(self, oids: Sequence[Oid], max_repetitions: int) -> list[VarBind]:
         """One GETBULK request."""
         # Walks run at discovery, each request from new cursors: nothing to keep.
-        request = self._prepare(GETBULK, 0, max_repetitions, tuple(oids), keep=False)
+        request = self._prepare(GETBULK, 0, max_repetitions, [encode_oid(o) for o in oids])
         return (await self._request(request)).varbinds
 
     async def close(self) -> None:

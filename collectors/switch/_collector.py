@@ -23,7 +23,7 @@ from fabricwatch.secrets import read_secret
 
 from . import _cbqos
 from . import _metrics as sig
-from ._ber import Oid, Special, Value, VarBind
+from ._ber import EncodedOids, Oid, Special, Value
 from ._client import (
     BulkSize,
     NativeV2cSession,
@@ -104,9 +104,12 @@ class _Target:
     ports: dict[int, str] = field(default_factory=dict)
     uplink_ports: dict[int, str] = field(default_factory=dict)
     tables: list[Table] = field(default_factory=list)
-    get_oids: tuple[Oid, ...] = ()  # every poll GETs these (see _plan)
-    poll_plan: list[_Plan] = field(default_factory=list)  # what each of get_oids is
+    get_oids: EncodedOids = field(default_factory=EncodedOids)  # every poll GETs these (_plan)
+    ecn_oids: tuple[Oid, ...] = ()  # the last of get_oids: the CBQoS ECN rows
+    # What each of get_oids is; empty while only compiled polls came since discovery.
+    poll_plan: list[_Plan] = field(default_factory=list)
     layout: _PollLayout | None = None  # where each port's values are (see _poll_layout)
+    mixed: bool = False  # a poll since discovery was taken one by one (see _readings)
     discovered_at: float | None = None
     failures: int = 0
     next_attempt: float = 0.0
@@ -165,6 +168,8 @@ def _poll_layout(plans: Sequence[_Plan]) -> _PollLayout | None:
     pos = int(uptime)
     ports: list[_PortSlice] = []
     seen: set[int] = set()
+    # Ports mostly have the same columns and counters: one tuple of each kept for all.
+    shared: dict[tuple[Any, ...], tuple[Any, ...]] = {}
     while pos < len(plans) and plans[pos][0] in (_IF, _COUNTER):
         if_index = plans[pos][1]
         if if_index in seen:
@@ -181,7 +186,17 @@ def _poll_layout(plans: Sequence[_Plan]) -> _PollLayout | None:
         tables = tuple(p[4] for p in plans[mid:pos] if p[4] is not None)
         if len(set(names)) != len(names) or len(set(keys)) != pos - mid or len(tables) != len(keys):
             return None
-        ports.append((if_index, start, mid, pos, names, keys, tables))
+        ports.append(
+            (
+                if_index,
+                start,
+                mid,
+                pos,
+                shared.setdefault(names, names),
+                shared.setdefault(keys, keys),
+                shared.setdefault(tables, tables),
+            )
+        )
     ecn = pos
     if any(p[0] != _ECN for p in plans[ecn:]):
         return None
@@ -613,6 +628,7 @@ class SwitchCollector:
         """Work out this target's per-poll requests once per discovery: the OIDs every
         poll GETs (:attr:`_Target.get_oids`) and what each is (``poll_plan``)."""
         t.label_cache = {}  # ports and tables may have changed
+        t.mixed = False
         oids: list[Oid] = [SYS_UPTIME]
         t.orphans = 0
         if t.mode == "switch":
@@ -629,7 +645,10 @@ class SwitchCollector:
 
         kept = [(p, o) for o, p in zip(oids, plans, strict=True) if p[0] in rank]
         kept.sort(key=lambda po: where(po[0]))
-        t.get_oids = tuple(o for _, o in kept)
+        # Kept encoded (the OIDs as tuples of ints are ~9x as large): the session sends
+        # them as they are, the ECN rows (last) are also kept decoded for the poll.
+        t.get_oids = EncodedOids(o for _, o in kept)
+        t.ecn_oids = tuple(o for p, o in kept if p[0] == _ECN)
         t.poll_plan = [p for p, _ in kept]
         t.layout = _poll_layout(t.poll_plan)
 
@@ -736,10 +755,6 @@ class SwitchCollector:
         order) as samples in ``out``."""
         assert t.profile is not None
         known = t.ports
-        plans = t.poll_plan
-        if len(plans) != len(t.get_oids):
-            plans = t.poll_plan = [self._plan_oid(t, o) for o in t.get_oids]
-            t.layout = _poll_layout(plans)
         layout = t.layout
         discs: dict[int, int]
         if layout is not None and set(map(type, values)) == _INT_ONLY:
@@ -747,17 +762,27 @@ class SwitchCollector:
             steady = t.steady
             if steady is None or steady.layout is not layout:
                 steady = t.steady = _compile(t, layout)
+                if not t.mixed:
+                    # Only polls taken one by one read each OID's plan and each port's
+                    # recipes (~4 MiB a 512-port switch); made again if one comes.
+                    t.poll_plan = []
+                    t.label_cache = {}
             self._uptime(t, values[0] if layout.uptime else None)  # type: ignore[arg-type]
             self._steady_samples(t, steady, values, ts, out)  # type: ignore[arg-type]
-            ecn_vbs = list(zip(t.get_oids[layout.ecn :], values[layout.ecn :], strict=True))
+            ecn_vbs = list(zip(t.ecn_oids, values[layout.ecn :], strict=True))
             if ecn_vbs:
                 discs = dict(zip(steady.if_indexes, steady.disc(values), strict=True))
         else:
             # Its caches (link states, speeds) are of polls before this one.
             t.steady = None
+            t.mixed = True
+            plans = t.poll_plan
+            if len(plans) != len(t.get_oids):
+                plans = t.poll_plan = [self._plan_oid(t, o) for o in t.get_oids]
             ports: dict[int, _PortData] = {}
-            ecn_vbs = []
-            self._uptime(t, self._take(t.get_oids, plans, values, ports, ecn_vbs))
+            self._uptime(t, self._take(plans, values, ports))
+            # (ecn_marks passes over values that are no numbers, as _take does)
+            ecn_vbs = list(zip(t.ecn_oids, values[len(values) - len(t.ecn_oids) :], strict=True))
             self._say_missing(t, ports)
             for if_index, pd in ports.items():
                 self._port_samples(t, if_index, pd, out)
@@ -775,16 +800,12 @@ class SwitchCollector:
 
     @staticmethod
     def _take(
-        oids: Sequence[Oid],
-        plans: Sequence[_Plan],
-        values: Sequence[Value],
-        ports: dict[int, _PortData],
-        ecn_vbs: list[VarBind],
+        plans: Sequence[_Plan], values: Sequence[Value], ports: dict[int, _PortData]
     ) -> int | None:
-        """A poll's values one by one into ``ports`` and ``ecn_vbs`` (any poll: exception
-        values, summed rows); its sysUpTime."""
+        """A poll's port values one by one into ``ports`` (any poll: exception values,
+        summed rows); its sysUpTime."""
         uptime: int | None = None
-        for oid, plan, value in zip(oids, plans, values, strict=True):
+        for plan, value in zip(plans, values, strict=True):
             if type(value) is not int:  # bytes, OIDs, exceptions (Special), NULL
                 continue
             kind = plan[0]
@@ -803,8 +824,6 @@ class SwitchCollector:
                 pd.values[plan[2]] = value
             elif kind == _UPTIME:
                 uptime = value
-            elif kind == _ECN:
-                ecn_vbs.append((oid, value))
         return uptime
 
     def _say_missing(self, t: _Target, ports: dict[int, _PortData]) -> None:
@@ -956,8 +975,8 @@ class SwitchCollector:
         for rp in st.rated:
             by_family: dict[str, tuple[list[int], list[tuple[str, ...]], list[float], list[float]]]
             by_family = {}
-            for e, ((family, labels), scale, k) in enumerate(
-                zip(rp.gauges, rp.scales, rp.ports, strict=True)
+            for e, (family, labels, scale, k) in enumerate(
+                zip(rp.families, rp.labels, rp.scales, rp.ports, strict=True)
             ):
                 if isinstance(scale, tuple):
                     mul, div = scale
@@ -1233,7 +1252,8 @@ class _RatedPart:
     keys: tuple[tuple[object, ...], ...]
     pick: _Pick
     ports: list[int]
-    gauges: list[_Gauge]
+    families: list[str]  # each counter's gauge: its family and labels (two lists, not
+    labels: list[tuple[str, ...]]  # a (family, labels) tuple each: ~70 bytes less a counter)
     scales: list[int | _Scale]  # _BIT, _PAUSE or a fixed scale
     epochs: list[int | None] = field(default_factory=list)
     outs: list[_GaugeOut] = field(default_factory=list)  # for the last poll's speeds
@@ -1284,8 +1304,20 @@ def _compile(t: _Target, layout: _PollLayout) -> _Steady:
     low: list[int] = []
     counters: dict[str, tuple[list[int], list[float], list[tuple[str, ...]], list[int]]] = {}
     rated: dict[
-        int, tuple[list[tuple[object, ...]], list[int], list[int], list[_Gauge], list[int | _Scale]]
+        int,
+        tuple[
+            list[tuple[object, ...]],
+            list[int],
+            list[int],
+            list[str],
+            list[tuple[str, ...]],
+            list[int | _Scale],
+        ],
     ] = {}
+    # One int object per position and one tuple per fixed scale, however many parts
+    # refer to them (a 512-port switch's poll has ~21 000 positions).
+    ints = list(range(layout.ecn))
+    fixed: dict[_Scale, _Scale] = {}
 
     def counter(family: str, at: int, unit: float, labels: tuple[str, ...], k: int) -> None:
         got = counters.get(family)
@@ -1301,19 +1333,20 @@ def _compile(t: _Target, layout: _PollLayout) -> _Steady:
     ) -> None:
         got = rated.get(bits)
         if got is None:
-            got = rated[bits] = ([], [], [], [], [])
+            got = rated[bits] = ([], [], [], [], [], [])
         got[0].append(key)
         got[1].append(at)
         got[2].append(k)
-        got[3].append(g)
-        got[4].append(scale)
+        got[3].append(g[0])
+        got[4].append(g[1])
+        got[5].append(scale)
 
     for k, (if_index, start, mid, _, names, keys, tables) in enumerate(layout.ports):
         port = t.ports[if_index]
         pc = t.label_cache.get(if_index)
         if pc is None or pc.port != port:
             pc = t.label_cache[if_index] = _PortCache.of(sw, port, if_index)
-        at = {name: start + j for j, name in enumerate(names)}
+        at = {name: ints[start + j] for j, name in enumerate(names)}
         have.update(names)
         if_indexes.append(if_index)
         port_labels.append(pc.sp)
@@ -1332,17 +1365,14 @@ def _compile(t: _Target, layout: _PollLayout) -> _Steady:
                 counter(family, at[name], 1.0, pc.by_dir[direction], k)
         for j, (key, tb) in enumerate(zip(keys, tables, strict=True)):
             labels, rate_key, family, kind, dur_key, gauge = pc.recipe(sw, if_index, key, tb)
-            counter(family, mid + j, tb.unit if kind == _DURATION else 1.0, labels, k)
+            counter(family, ints[mid + j], tb.unit if kind == _DURATION else 1.0, labels, k)
             if gauge is None or (dur_key is not None and dur_key in keys):
                 continue  # no gauge, or the ratio comes from the duration counter
-            rate(
-                tb.bits,
-                rate_key,
-                mid + j,
-                k,
-                gauge,
-                (tb.unit, 1.0) if kind == _DURATION else _PAUSE,
-            )
+            if kind == _DURATION:
+                scale: int | _Scale = fixed.setdefault((tb.unit, 1.0), (tb.unit, 1.0))
+            else:
+                scale = _PAUSE
+            rate(tb.bits, rate_key, ints[mid + j], k, gauge, scale)
     return _Steady(
         layout,
         if_indexes,
@@ -1361,7 +1391,7 @@ def _compile(t: _Target, layout: _PollLayout) -> _Steady:
             for f, (at, units, labels, ports) in counters.items()
         ],
         [
-            _RatedPart(bits, tuple(keys), _picker(at), ports, gauges, scales)
-            for bits, (keys, at, ports, gauges, scales) in rated.items()
+            _RatedPart(bits, tuple(keys), _picker(at), ports, families, labels, scales)
+            for bits, (keys, at, ports, families, labels, scales) in rated.items()
         ],
     )

@@ -5,17 +5,18 @@ store on every scrape: no I/O, no instrumented objects mutated behind the
 scrape's back, and no stale label values left over from departed devices.
 
 The text format Prometheus scrapes by default (0.0.4) takes a faster path,
-:func:`generate_text`: each series' sample prefix (name and escaped, sorted
-labels) is rendered once and cached on the series, so a scrape costs one
-value formatting per series. It writes the same bytes as
-``prometheus_client.generate_latest`` (a test compares them); OpenMetrics and
-negotiated escapings go through ``prometheus_client``.
+:func:`generate_text`: each series' escaped, sorted labels are rendered once
+and cached on the series, so a scrape costs one value formatting per series.
+It writes the same bytes as ``prometheus_client.generate_latest`` (a test
+compares them); OpenMetrics and negotiated escapings go through
+``prometheus_client``.
 """
 
 from __future__ import annotations
 
 import math
 import platform
+import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol, cast
@@ -65,13 +66,20 @@ def _header(name: str, kind: str, help_text: str) -> str:
     return f"# HELP {name} {doc}\n# TYPE {name} {kind}\n"
 
 
-def _prefix(sample_name: str, spec: MetricSpec, values: Sequence[str]) -> str:
-    """``name{a="x",b="y"} `` with labels sorted by name, as prometheus_client writes them."""
+def _labels_text(spec: MetricSpec, values: Sequence[str]) -> str:
+    """``{a="x",b="y"} `` with labels sorted by name, as prometheus_client writes them
+    after the sample name (a space alone without labels).
+
+    Interned: the series of every family with these labels share one string (a
+    switch port's labels are those of ~5 families; 4 x 512-port switches have
+    ~105 000 series and ~55 000 label texts). The interpreter drops an interned
+    string with its last series.
+    """
     if not values:
-        return sample_name + " "
+        return " "
     pairs = sorted(zip(spec.labels, values, strict=True))
     text = ",".join(f'{k}="{_escape_value(v)}"' for k, v in pairs)
-    return f"{sample_name}{{{text}}} "
+    return sys.intern(f"{{{text}}} ")
 
 
 class _Exporter(Protocol):
@@ -96,11 +104,15 @@ class StoreExporter:
         # Per family: the HELP/TYPE header, rendered once.
         self._headers: dict[str, str] = {}
 
-    def render_text(self) -> str:
-        """The store's families in the 0.0.4 text format (same text as ``generate_latest``)."""
+    def render_text(self) -> bytes:
+        """The store's families in the 0.0.4 text format (same text as ``generate_latest``).
+
+        Encoded family by family: a scrape holds one family's lines at a time, not
+        every line (~100 000 for 4 x 512-port switches, ~15 MB as str) next to
+        their join and its encoding.
+        """
         specs = self._store.specs()
-        out: list[str] = []
-        add = out.append
+        chunks: list[bytes] = []
         headers = self._headers
         go_float = _go_float
         for name in sorted(specs):
@@ -110,26 +122,28 @@ class StoreExporter:
                 continue
             kind = spec.kind
             if kind is MetricKind.HISTOGRAM:
-                add(generate_latest(_One(_Histograms(spec, series))).decode("utf-8"))
+                chunks.append(generate_latest(_One(_Histograms(spec, series))))
                 continue
             header = headers.get(name)
             sample_name = name + "_total" if kind is MetricKind.COUNTER else name
             if header is None:
                 header = headers[name] = _header(sample_name, kind.value, spec.help)
-            add(header)
+            lines = [header]
+            add = lines.append
             for s in series:
-                prefix = s.text_prefix
-                if prefix is None:
-                    prefix = s.text_prefix = _prefix(sample_name, spec, s.labels)
+                text = s.text_labels
+                if text is None:
+                    text = s.text_labels = _labels_text(spec, s.labels)
                 v = s.value
                 # floatToGoString is repr() for a float below 1e6 that is not -Inf
                 # or NaN (Go's exponent form starts at 1e6): most values, without
                 # the call.
                 if v.__class__ is float and -_INF < v < 1e6:
-                    add(f"{prefix}{v!r}\n")
+                    add(f"{sample_name}{text}{v!r}\n")
                 else:
-                    add(f"{prefix}{go_float(v)}\n")
-        return "".join(out)
+                    add(f"{sample_name}{text}{go_float(v)}\n")
+            chunks.append("".join(lines).encode("utf-8"))
+        return b"".join(chunks)
 
     def describe(self) -> Iterable[Metric]:
         """Nothing at registration: families are dynamic."""
@@ -281,13 +295,13 @@ def generate_text(registry: CollectorRegistry) -> bytes:
     """The 0.0.4 text exposition: ``generate_latest``'s bytes, the store's part from cache."""
     if not isinstance(registry, ExporterRegistry):
         return generate_latest(registry)
-    parts: list[str] = []
+    parts: list[bytes] = []
     for exporter in registry.exporters:
         if isinstance(exporter, StoreExporter):
             parts.append(exporter.render_text())
         else:
-            parts.append(generate_latest(_One(exporter)).decode("utf-8"))
-    return "".join(parts).encode("utf-8")
+            parts.append(generate_latest(_One(exporter)))
+    return b"".join(parts)
 
 
 def choose_encoder(accept_header: str) -> tuple[Callable[[CollectorRegistry], bytes], str]:

@@ -286,3 +286,73 @@ def test_series_cap_keeps_what_the_plain_rule_keeps(
     got = sup._cap("rows", readings, state)
     assert list(got) == want
     assert state.series_dropped == dropped
+
+
+@dataclass(kw_only=True)
+class _Sourced(CollectorSettings):
+    """Settings of a collector that polls ``n`` sources (switch targets, say)."""
+
+    n: int = 1
+
+    def sources(self) -> frozenset[str]:
+        return frozenset(f"switch 'leaf{i}'" for i in range(self.n))
+
+
+@pytest.mark.parametrize("sources", [0, 1, 4])
+def test_series_limit_counts_per_source(sources: int) -> None:
+    """Each source a collector polls has its own allowance (four 512-port switches in
+    switch mode are ~105 000 series; the limit guards a runaway table)."""
+    store = SnapshotStore()
+    sup = Supervisor(store, max_series=10)
+    collector = _Rows()
+    sup.add(collector, _Sourced(n=sources))
+    readings = [Reading(collector.spec.name, (str(i), "x"), 1.0) for i in range(100)]
+    state = sup.states[0]
+    store.ingest("rows", sup._cap("rows", readings, state), 0.0)
+    assert store.family_size(collector.spec.name) == 10 * max(1, sources)
+    assert state.series_dropped == 100 - 10 * max(1, sources)
+
+
+def test_collection_timeout_derived_from_the_interval() -> None:
+    assert CollectorSettings().collection_timeout() == 5.0  # 1 s: the 5 s of before
+    assert CollectorSettings(interval=10.0).collection_timeout() == 9.0
+    assert CollectorSettings(interval=60.0).collection_timeout() == 54.0
+    assert CollectorSettings(interval=60.0, timeout=2.0).collection_timeout() == 2.0
+
+
+@dataclass
+class _Slow:
+    """A collector whose every collection takes ``seconds``."""
+
+    seconds: float
+    name: str = "slow"
+
+    def metrics(self) -> Sequence[MetricSpec]:
+        return []
+
+    async def start(self) -> None:
+        return None
+
+    async def collect(self) -> Sequence[Reading]:
+        await asyncio.sleep(self.seconds)
+        return []
+
+    async def close(self) -> None:
+        return None
+
+
+@pytest.mark.parametrize(("interval", "up"), [(0.5, True), (0.1, False)])
+async def test_supervisor_times_collections_out_by_their_interval(
+    monkeypatch: pytest.MonkeyPatch, interval: float, up: bool
+) -> None:
+    """With no timeout set, a collection may take 0.9 x the interval (the 5 s floor
+    lowered here to keep the test short): 0.2 s fits a 0.5 s interval, not a 0.1 s one."""
+    monkeypatch.setattr("fabricwatch.collector.MIN_DERIVED_TIMEOUT", 0.01)
+    sup = Supervisor(SnapshotStore())
+    settings = CollectorSettings(interval=interval)
+    collector = _Slow(0.2)
+    sup.add(collector, settings)
+    state = sup.states[0]
+    await sup._collect_once(collector, settings, state)
+    assert state.up is up
+    assert state.failures == ({} if up else {"timeout": 1})

@@ -273,14 +273,20 @@ async def test_cached_oid_plans_and_labels_equal_fresh_ones(
         if k == 2:
             sw.pfc_storm("Ethernet0", priority=3, direction="rx", fraction=0.5)
         state = cold.collector.target_state("leaf1")
-        state.poll_plan.clear()  # what each OID is, worked out again this poll
-        state.label_cache.clear()
-        each.collector.target_state("leaf1").layout = None
+        state.label_cache.clear()  # each port's labels and recipes, made again this poll
+        state.steady = None  # and the poll compiled again from them
+        one_by_one = each.collector.target_state("leaf1")
+        one_by_one.layout = None
+        one_by_one.poll_plan.clear()  # what each OID is, worked out again this poll
         await warm.poll()
         await cold.poll()
         await each.poll()
-        assert len(warm.collector.target_state("leaf1").poll_plan) > 0
-        assert warm.collector.target_state("leaf1").layout is not None
+        # Only polls taken one by one keep each OID's plan and each port's recipes.
+        kept = warm.collector.target_state("leaf1")
+        assert kept.layout is not None and kept.steady is not None
+        assert kept.poll_plan == [] and kept.label_cache == {}
+        if k:  # (the first poll discovers: a layout, polled compiled)
+            assert len(one_by_one.poll_plan) == len(one_by_one.get_oids) > 0
         assert _series(warm) == _series(cold) == _series(each)
         clock.advance(1.0)
     ratio = warm.value(RATIO, "leaf1", "Ethernet0", "3", "rx")

@@ -17,6 +17,7 @@ from fabricwatch.collectors.switch._ber import (
     GETBULK,
     REQUEST_IDS,
     RESPONSE,
+    EncodedOids,
     Names,
     Special,
     Value,
@@ -116,30 +117,27 @@ def _response() -> bytes:
     )
 
 
-@settings(max_examples=100, deadline=None)
-@given(st.lists(st.lists(oids.filter(lambda o: len(o) >= 2), min_size=1, max_size=8), max_size=6))
-def test_oid_cache_decodes_equal_to_no_cache(polls: list[list[tuple[int, ...]]]) -> None:
-    cache: dict[bytes, tuple[int, ...]] = {}
-    for k, batch in enumerate(polls + polls):  # every poll twice: the second from the cache
-        wire = encode_response(b"c", k, [(o, 0x43, enc_unsigned(k)) for o in batch])
-        cached, plain = decode_response(wire, cache), decode_response(wire)
-        assert cached.varbinds == plain.varbinds
-        assert cached.request_id == plain.request_id == k
-    assert len(cache) == len({o for batch in polls for o in batch})
+@given(st.lists(oids.filter(lambda o: len(o) >= 2), max_size=12))
+def test_names_keep_each_encoding(batch: list[tuple[int, ...]]) -> None:
+    """Names keep one blob, not a bytes object per name: the names come back out of it."""
+    names = names_of(batch)
+    assert names.tlvs == [encode_oid(o) for o in batch]
+    assert len(names) == len(batch)
 
 
-def test_oid_cache_keeps_no_undecodable_oid() -> None:
-    cache: dict[bytes, tuple[int, ...]] = {}
-    data = _response()
-    bad = data.replace(
-        b"\x06\x08\x2b\x06\x01\x02\x01\x01\x03\x00", b"\x06\x08\x2b\x06\x01\x02\x01\x01\x03\x80"
-    )
-    assert bad != data
-    with pytest.raises(ParseError, match="truncated OBJECT IDENTIFIER"):
-        decode_response(bad, cache)
-    assert cache == {}
-    assert decode_response(data, cache).varbinds == decode_response(data).varbinds
-    assert len(cache) == 2
+@given(st.lists(oids.filter(lambda o: len(o) >= 2), max_size=12), st.integers(-14, 14))
+def test_encoded_oids_read_as_the_oids(batch: list[tuple[int, ...]], k: int) -> None:
+    """EncodedOids (what a poll GETs, kept as encodings) reads as the tuple of its OIDs."""
+    kept, plain = EncodedOids(batch), tuple(batch)
+    assert len(kept) == len(plain) and list(kept) == list(plain)
+    assert kept[k:] == list(plain[k:]) and kept[:k] == list(plain[:k])
+    if -len(plain) <= k < len(plain):
+        assert kept[k] == plain[k]
+    else:
+        with pytest.raises(IndexError):
+            kept[k]
+    start = abs(k) % (len(plain) + 1)
+    assert kept.tlvs(start, start + 3) == [encode_oid(o) for o in plain[start : start + 3]]
 
 
 _NAMES = names_of([(1, 3, 6, 1, 2, 1, 1, 3, 0), (1, 3, 6, 1, 2, 1, 1, 2, 0)])
