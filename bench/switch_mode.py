@@ -44,6 +44,10 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+# Appended, not prepended: PYTHONPATH must still choose the fabricwatch under test.
+sys.path.append(str(Path(__file__).resolve().parents[1]))
+from bench._results import add_results_option, write_results
+
 BUDGET_CPU = 0.10  # share of one core
 BUDGET_RSS_MIB = 150.0
 SCRAPE_INTERVAL = 15.0
@@ -177,6 +181,22 @@ def _line(label: str, r: dict[str, Any]) -> str:
     )
 
 
+def _record(path: Path, args: argparse.Namespace, r: dict[str, Any]) -> None:
+    """Merge one shape's figures into ``path`` (the issue's budget has two shapes)."""
+    doc: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {}
+    shapes = doc.setdefault("shapes", {})
+    shapes[f"{args.switches}x{args.ports}@{args.interval:g}"] = {
+        "switches": args.switches,
+        "ports": args.ports,
+        "interval_s": args.interval,
+        "seconds": args.seconds,
+        **r,
+    }
+    doc["budget_cpu_share"] = BUDGET_CPU
+    doc["budget_rss_mib"] = BUDGET_RSS_MIB
+    write_results(path, doc)
+
+
 def main() -> None:
     """Measure (or, with ``--against``, A/B) one switch-mode shape."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
@@ -192,6 +212,7 @@ def main() -> None:
         action="store_true",
         help="set the series limit and collection timeout (the A/B does, for older trees)",
     )
+    add_results_option(ap)  # one entry per shape: a run adds or replaces its own
     ap.add_argument("--child", default="", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -201,6 +222,8 @@ def main() -> None:
     if not args.against:
         r = _run_once(args)
         print(json.dumps(r) if args.json else _line(shape, r))
+        if args.results:
+            _record(args.results, args, r)
         return
     results = {}
     argv = [

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import json
 from pathlib import Path
@@ -138,3 +139,34 @@ def test_results_helper_writes_sorted_json_and_nothing_without_a_path(tmp_path: 
     assert json.loads(out.read_text()) == {"ratio": 0.5, "budget": None, "rows": {"z": 1, "a": 2}}
     assert out.read_text().index('"budget"') < out.read_text().index('"ratio"')
     assert out.read_text().endswith("}\n")
+
+
+def test_switch_mode_names_a_missed_budget_and_lost_data_per_shape(tmp_path: Path) -> None:
+    gen = _generator()
+    doc = _other_results(tmp_path, "switch_mode")
+    shapes = doc["shapes"]
+    four = next(s for s in shapes.values() if s["switches"] == 4)
+    four["rss_ratio"], four["rss_steady_mib"] = 1.39, 208.9
+    four["dropped_series_readings"] = 54_516
+    (tmp_path / "switch_mode.json").write_text(json.dumps(doc))
+    row = next(line for line in gen.render(tmp_path).splitlines() if "`switch_mode.py`" in line)
+    one, many = row.split(" | ")[3].split("; ")
+    assert "RSS **1.39x (not met)** (209 MiB" in many
+    assert "**54516 readings dropped or failed**" in many
+    assert "not met" not in one and "nothing dropped" in one
+
+
+def test_switch_mode_results_keep_one_entry_per_shape(tmp_path: Path) -> None:
+    spec = importlib.util.spec_from_file_location("switch_mode", ROOT / "bench" / "switch_mode.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    out = tmp_path / "switch_mode.json"
+    figures: dict[str, Any] = {"cpu_ratio": 0.4, "rss_ratio": 0.5}
+    for switches, interval, cpu in ((1, 1.0, 0.4), (4, 10.0, 0.2), (1, 1.0, 0.3)):
+        args = argparse.Namespace(switches=switches, ports=512, interval=interval, seconds=60.0)
+        mod._record(out, args, {**figures, "cpu_ratio": cpu})
+    shapes = json.loads(out.read_text())["shapes"]
+    assert sorted(shapes) == ["1x512@1", "4x512@10"]
+    assert shapes["1x512@1"]["cpu_ratio"] == 0.3  # a re-run replaces its own shape only
+    assert shapes["4x512@10"]["cpu_ratio"] == 0.2
