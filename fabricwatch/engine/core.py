@@ -37,7 +37,7 @@ from fabricwatch.engine.jobs import coactive_groups
 from fabricwatch.engine.port_jobs import PortJobs, assign_ports
 from fabricwatch.engine.settings import EngineSettings
 from fabricwatch.engine.stall import GpuState, StallDetector
-from fabricwatch.engine.windows import HistoryMirrors
+from fabricwatch.engine.windows import HistoryMirrors, summed_window_means
 from fabricwatch.errors import StoreError
 from fabricwatch.readings import MetricKind, MetricSpec, Reading
 from fabricwatch.store import Series, SnapshotStore
@@ -1376,24 +1376,8 @@ def _summed(
     chunks: int,
 ) -> tuple[float, list[float]] | None:
     """The latest and the earlier window means of ``series`` (each read by
-    ``chunk_means``), summed over them in order from 0.0; None where a series
-    has none. The history's sums start from the first series' own means:
-    adding those to 0.0 would change no value but the sign of a zero, and no
-    decision reads that."""
-    recent = 0.0
-    history: list[float] | None = None
-    for x in series:
-        means = chunk_means(x, now, width, chunks)
-        if means is None:
-            return None
-        recent += means[0]
-        # Summed series by series in the same order as a loop over j.
-        history = (
-            means[1:]
-            if history is None
-            else [h + m for h, m in zip(history, means[1:], strict=True)]
-        )
-    return None if history is None else (recent, history)
+    ``chunk_means``), summed over them as :func:`summed_window_means` does."""
+    return summed_window_means(chunk_means(x, now, width, chunks) for x in series)
 
 
 def _same_culprit(inc: Incident, attr: Attribution) -> bool:

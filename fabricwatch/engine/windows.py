@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left, bisect_right
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from fabricwatch.engine import signals as sig
@@ -190,32 +190,46 @@ class HistoryMirrors:
         none). A series whose points have the times of the one before (a
         GPU's NVLink links, polled together) shares its spans: one set of
         bisections for all of them."""
-        recent = 0.0
-        history: list[float] | None = None
+        return summed_window_means(self._means_sharing_spans(series, now, width, chunks))
+
+    def _means_sharing_spans(
+        self, series: Sequence[Series], now: float, width: float, chunks: int
+    ) -> Iterator[list[float] | None]:
         times: list[float] | None = None
         spans: list[tuple[int, int]] | None = None
         oldest = now - (chunks + 1) * width
         for x in series:
             m = self._mirror(x, oldest)
             if m is None:
-                means = sig.chunk_means(x, now, width, chunks)
-            else:
-                if times is None or m.times != times:
-                    times = m.times
-                    spans = _spans(times, now, width, chunks)
-                means = None if spans is None else _means(m.values, spans)
-            if means is None:
-                return None
-            recent += means[0]
-            # Summed series by series, as a loop over the windows would.
-            history = (
-                means[1:]
-                if history is None
-                else [h + v for h, v in zip(history, means[1:], strict=True)]
-            )
-        if history is None:
+                yield sig.chunk_means(x, now, width, chunks)
+                continue
+            if times is None or m.times != times:
+                times = m.times
+                spans = _spans(times, now, width, chunks)
+            yield None if spans is None else _means(m.values, spans)
+
+
+def summed_window_means(
+    per_series: Iterable[list[float] | None],
+) -> tuple[float, list[float]] | None:
+    """The latest window's mean and the earlier windows' means of each series
+    (``chunk_means`` order: latest first), summed over the series in order:
+    the latest from 0.0, the earlier ones from the first series' own means
+    (adding those to 0.0 would change no value but the sign of a zero, and no
+    decision reads that). None where a series has none or there is none."""
+    recent = 0.0
+    history: list[float] | None = None
+    for means in per_series:
+        if means is None:
             return None
-        return recent, history
+        recent += means[0]
+        # Summed series by series, as a loop over the windows would.
+        history = (
+            means[1:]
+            if history is None
+            else [h + v for h, v in zip(history, means[1:], strict=True)]
+        )
+    return None if history is None else (recent, history)
 
 
 def _spans(
