@@ -915,13 +915,20 @@ class Engine:
         self, series: Series, now: float, width: float, chunks: int
     ) -> list[float] | None:
         """Means of ``series`` over the spans of :func:`signals.chunk_means`,
-        each without its lowest sample (None when a span holds fewer than
-        three points)."""
+        each without its lowest sample (None when the latest span holds
+        fewer than three points; an earlier one with fewer than
+        :func:`signals.enough_points` is NaN, as in :func:`signals.chunk_means`)."""
         out: list[float] = []
+        need = 3
         for start, end in sig.chunk_spans(now, width, chunks):
             vals = self._windows.values(series, start, end)
-            if len(vals) < 3:
-                return None
+            if len(vals) < need:
+                if not out:
+                    return None
+                out.append(math.nan)
+                continue
+            if not out:
+                need = sig.enough_points(len(vals), 3)
             out.append((sum(vals) - min(vals)) / (len(vals) - 1))
         return out
 
@@ -1355,13 +1362,19 @@ def _change(
 ) -> _Change | None:
     """The summed mean of ``series`` over the latest ``width`` against the
     ``chunks`` windows before it (read by ``summed``, on the spans of
-    :func:`signals.chunk_means`); None without the data or below ``floor``."""
+    :func:`signals.chunk_means`); None without the data or below ``floor``.
+    Earlier windows a collector gap left without data (NaN) are left out;
+    with fewer than ``_MIN_CHUNKS`` left there is no history to judge by."""
     if not series:
         return None
     found = summed(series, now, width, chunks)
     if found is None:
         return None
     recent, history = found
+    if any(map(math.isnan, history)):
+        history = [h for h in history if not math.isnan(h)]
+        if len(history) < _MIN_CHUNKS:
+            return None
     base = sig.median(history)
     if base <= floor or base <= 0:
         return None

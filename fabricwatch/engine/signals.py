@@ -244,6 +244,14 @@ def _window_walk(series: Series, start: float, end: float) -> Window:
     return Window(tuple(vals), tuple(times))
 
 
+def enough_points(latest: int, least: int = 2) -> int:
+    """Points an earlier window needs for its mean to stand for the window:
+    half of what the latest window holds (``least`` at least). After a
+    collector gap the two or three samples left in a window may all fall
+    in one phase of the job's rhythm; their mean is a phase, not the window."""
+    return max(least, (latest + 1) // 2)
+
+
 def chunk_spans(now: float, width: float, chunks: int) -> list[tuple[float, float]]:
     """The ``(start, end)`` bounds :func:`chunk_means` averages over: the latest
     window ``[now - width, now]``, then the ``chunks`` windows before it, each
@@ -261,18 +269,27 @@ def chunk_means(series: Series, now: float, width: float, chunks: int) -> list[f
     :func:`window` gives for each of those spans (same bounds, same summation
     order), from one bisection per bound over the ring instead of a walk per
     chunk (the shallow-slowdown check reads it for every job GPU on every
-    sample). None when any span holds fewer than two points.
+    sample). None when the latest span holds fewer than two points; an
+    earlier span with fewer than :func:`enough_points` (a collector gap) is
+    NaN, a window whose mean is unknown, so one gap in the history does not
+    blind the check that reads it for the whole span the history covers.
     """
     found = _suffix(series, now - (chunks + 1) * width)
     if found is None:
         return _chunk_means_walk(series, now, width, chunks)
     values, seen = found
     out: list[float] = []
+    need = 2
     for start, end in chunk_spans(now, width, chunks):
         lo = bisect_left(seen, start)
         hi = bisect_right(seen, end, lo)
-        if hi - lo < 2:
-            return None
+        if hi - lo < need:
+            if not out:
+                return None
+            out.append(math.nan)
+            continue
+        if not out:
+            need = enough_points(hi - lo)
         # Oldest first, as window() sums them, so the figures are bit-for-bit the same.
         out.append(sum(values[lo:hi]) / (hi - lo))
     return out
@@ -295,9 +312,13 @@ def _chunk_means_walk(series: Series, now: float, width: float, chunks: int) -> 
             if 0 <= j < chunks and now - (j + 2) * width <= ts <= now - (j + 1) * width - 1e-3:
                 buckets[j + 1].append(p.value)
                 break
-    if any(len(b) < 2 for b in buckets):
+    if len(buckets[0]) < 2:
         return None
-    return [sum(reversed(b)) / len(b) for b in buckets]
+    need = enough_points(len(buckets[0]))
+    return [
+        sum(reversed(b)) / len(b) if k == 0 or len(b) >= need else math.nan
+        for k, b in enumerate(buckets)
+    ]
 
 
 def median(values: Iterable[float]) -> float:

@@ -236,7 +236,8 @@ def _spans(
     times: list[float], now: float, width: float, chunks: int
 ) -> list[tuple[int, int]] | None:
     """The ``[lo, hi)`` positions in ``times`` (ordered) of each span of
-    :func:`signals.chunk_spans`, or None where a span holds under two points."""
+    :func:`signals.chunk_spans`, or None where the latest holds under two
+    points (an earlier one with too few is a gap: :func:`_means` makes it NaN)."""
     start = now - width
     lo = bisect_left(times, start)
     hi = bisect_right(times, now, lo)
@@ -253,12 +254,16 @@ def _spans(
             hi -= 1
         start = now - (j + 2) * width
         lo = bisect_left(times, start, 0, hi)
-        if hi - lo < 2:
-            return None
         out.append((lo, hi))
     return out
 
 
 def _means(values: list[float], spans: list[tuple[int, int]]) -> list[float]:
-    """The plain mean of ``values`` over each span (summed in order, as ``signals`` sums)."""
-    return [sum(values[lo:hi]) / (hi - lo) for lo, hi in spans]
+    """The plain mean of ``values`` over each span (summed in order, as
+    ``signals`` sums; NaN over an earlier span of under
+    :func:`signals.enough_points`, as there)."""
+    need = sig.enough_points(spans[0][1] - spans[0][0])
+    return [
+        sum(values[lo:hi]) / (hi - lo) if k == 0 or hi - lo >= need else math.nan
+        for k, (lo, hi) in enumerate(spans)
+    ]

@@ -257,3 +257,20 @@ def test_an_ecn_slowdown_is_found_on_a_node_replayed_minutes_before_it_at_15_s()
     assert [(i.kind, i.cause, i.culprit.key) for i in incs] == [
         ("slowdown", "ecn_congestion", truth.culprits[0])
     ], [i.summary for i in incs]
+
+
+# 10: a collector gap in the history the slowdown check reads
+
+
+def test_a_collector_gap_in_the_history_does_not_hide_a_later_slowdown() -> None:
+    # dcgm-exporter missed 54 s four minutes before an ECN slowdown at 10 s
+    # spacing: the throughput windows over the gap hold under two samples.
+    # Those windows have no mean and are left out; before, one of them
+    # made the whole history unreadable for the ten windows it spans.
+    trace, incs = _replay_trace(12038, "ecn_slow", "standard", 10.0)
+    (truth,) = trace.truth
+    assert str(trace.params["gap"]).startswith("DCGM_")
+    assert [(i.kind, i.cause) for i in incs] == [("slowdown", "ecn_congestion")], [
+        i.summary for i in incs
+    ]
+    assert incs[0].culprit.key == truth.culprits[0]
