@@ -28,9 +28,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import bcrypt
-import yaml
-
 from fabricwatch.config import MAX_CONFIG_BYTES
 from fabricwatch.errors import ConfigError
 from fabricwatch.secrets import MAX_SECRET_BYTES, read_capped
@@ -111,6 +108,10 @@ class WebConfig:
 
     def check_password(self, user: str, password: str) -> bool:
         """bcrypt-check a password (slow on purpose: call it off the event loop)."""
+        # Here, not at module level: only a web-config with basic_auth_users needs
+        # bcrypt, and the default daemon has none (RSS budget, issue #19).
+        import bcrypt
+
         hashed = self.users.get(user)
         if hashed is None:
             if self.dummy_hash:
@@ -130,6 +131,10 @@ class WebConfig:
 
 def load_web_config(path: Path) -> WebConfig:
     """Read and validate a web-config file; relative file names resolve beside it."""
+    # Imported when a web-config is given, not with the module: the default daemon
+    # serves plain HTTP and never parses YAML (RSS budget, issue #19).
+    import yaml
+
     src = str(path)
     try:
         data = yaml.safe_load(read_capped(path, MAX_CONFIG_BYTES).decode("utf-8"))
@@ -177,6 +182,8 @@ def load_web_config(path: Path) -> WebConfig:
             raise ConfigError("unsupported key", path=src, key=f"http_server_config.{k}")
     dummy = b""
     if users:
+        import bcrypt  # only basic auth hashes (see check_password)
+
         # Same cost as the configured hashes: "$2b$10$..." -> 10.
         cost = max(int(h.split(b"$")[2]) for h in users.values() if h.count(b"$") >= 3)
         dummy = bcrypt.hashpw(secrets.token_bytes(16), bcrypt.gensalt(rounds=cost))

@@ -36,15 +36,19 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-import aiomqtt
 import structlog
 
 from fabricwatch.errors import ConfigError, DeliveryError
 from fabricwatch.outputs.outbox import Delivery, iso
 from fabricwatch.outputs.settings import MQTT_SINK, MqttSettings
 from fabricwatch.outputs.sinks.protocol import SinkError
+
+if TYPE_CHECKING:
+    # aiomqtt (and paho-mqtt under it) is imported by the publisher when it connects:
+    # [mqtt] is off by default and the daemon should not pay for it (issue #19).
+    import aiomqtt
 
 log = structlog.get_logger("fabricwatch.mqtt")
 
@@ -174,6 +178,8 @@ class MqttPublisher:
         return self.connected
 
     def _make_client(self) -> aiomqtt.Client:
+        import aiomqtt
+
         s = self.settings
         return aiomqtt.Client(
             s.host,
@@ -189,6 +195,8 @@ class MqttPublisher:
         )
 
     async def _run(self) -> None:
+        import aiomqtt
+
         failures = 0
         while not self._closing:
             try:
@@ -237,6 +245,8 @@ class MqttPublisher:
         if client is None or not self._connected.is_set():
             self.stats.publish_failures += 1
             raise DeliveryError(f"MQTT not connected ({self.last_error or 'connecting'})")
+        import aiomqtt  # loaded already: a client exists (see _make_client)
+
         try:
             await client.publish(
                 topic, payload, qos=qos, retain=retain, timeout=self.settings.publish_timeout

@@ -103,3 +103,36 @@ def test_the_complete_parser_knows_every_command() -> None:
     # Configured, not only registered: every command with options has them.
     bare = {name for name, p in sub.choices.items() if len(p._actions) == 1}
     assert bare == {"version", "sample-config"}
+
+
+_DAEMON_PROBE = """
+import json, sys
+from fabricwatch.collectors import builtin_registry
+from fabricwatch.config import parse_config
+from fabricwatch.daemon import Daemon
+from fabricwatch.logs import configure_logging
+cfg = parse_config({}, builtin_registry(), source=None)
+configure_logging(cfg.log.level, cfg.log.format)
+Daemon(cfg, builtin_registry(), config_path=None)
+print(json.dumps(sorted(sys.modules)))
+"""
+
+UNUSED_BY_DEFAULT = ("aiomqtt", "paho", "yaml", "bcrypt")
+"""Libraries of features the embedded defaults leave off: MQTT (``[mqtt]``) and the
+exporter-toolkit web-config (YAML, bcrypt basic auth). The daemon's RSS budget
+(80 MiB, issue #19) has no room for them."""
+
+
+def test_the_default_daemon_imports_no_library_of_an_unconfigured_feature() -> None:
+    # What `fabricwatch run` does before asyncio.run, on the embedded defaults.
+    proc = subprocess.run(
+        [sys.executable, "-c", _DAEMON_PROBE],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    modules = set(json.loads(proc.stdout.strip().splitlines()[-1]))
+    assert "fabricwatch.daemon" in modules
+    unused = {p for p in UNUSED_BY_DEFAULT if _within(modules, p)}
+    assert not unused, f"the default daemon imported {sorted(unused)}"
