@@ -107,6 +107,30 @@ _new_polled = tuple.__new__
 """``PolledRates(...)`` without the Python-level ``__new__`` of NamedTuple."""
 
 
+def wrapped_delta(prev: float, value: float, bits: int) -> float | None:
+    """The increase from ``prev`` to a lower ``value`` where the counter
+    wrapped, else None (a reset).
+
+    A wrap leaves the old value in the top half of the range and the new
+    one low. A counter declared wider than 32 bits that still reads below
+    2^32 may be a 32-bit one: legacy InfiniBand port data counters, read
+    through node_exporter or sysfs without extended counters, wrap at 2^32
+    every few seconds at 25-200 Gb/s, and read as resets each would drop
+    every other sample. A reset of such a counter from the top half of the
+    32-bit range to a low value reads as a wrap (one sample's rate of at
+    most 2^31 too much) instead of losing that sample.
+    """
+    modulus = 1 << bits  # int: exact for 64-bit values beyond 2**53
+    wrapped = value + modulus - prev
+    if prev >= modulus / 2 and 0 <= wrapped < modulus / 2:
+        return wrapped
+    if bits > 32 and 2**31 <= prev < 2**32:
+        wrapped = value + 2**32 - prev
+        if 0 <= wrapped < 2**31:
+            return wrapped
+    return None
+
+
 def _negative_zero(x: float) -> bool:
     return x == 0.0 and math.copysign(1.0, x) < 0
 
@@ -150,15 +174,11 @@ class CounterState:
             return None
         delta = value - self.value
         if delta < 0:
-            modulus = 1 << bits  # int: exact for 64-bit values beyond 2**53
-            wrapped = value + modulus - self.value
-            # A wrap leaves the old value in the top half of the range and the
-            # new one low; anything else going backwards is a reset.
-            if self.value >= modulus / 2 and 0 <= wrapped < modulus / 2:
-                delta = wrapped
-            else:
+            wrapped = wrapped_delta(self.value, value, bits)
+            if wrapped is None:
                 self._reset(value, ts, epoch)
                 return None
+            delta = wrapped
         self.value = value
         self.ts = ts
         self.total += delta
@@ -464,8 +484,7 @@ class FamilyCounters:
     ) -> tuple[list[float | None], list[float]]:
         """Take this poll's values, series by series: (delta, interval) of each, delta
         None where there is no rate (clock not advancing, skipped, reset)."""
-        modulus = 1 << self.bits
-        half = modulus / 2
+        bits = self.bits
         vals, tss, state_epochs = self._value, self._ts, self._epoch
         change, moved, last_rates = self._change_ts, self._moved, self._last_rate
         totals = self._total
@@ -482,9 +501,8 @@ class FamilyCounters:
             delta = value - prev
             if epochs is not None:
                 epoch = epochs[i]
-            if epoch != state_epochs[i] or (
-                delta < 0 and not (prev >= half and 0 <= value + modulus - prev < half)
-            ):
+            wrapped = wrapped_delta(prev, value, bits) if delta < 0 else None
+            if epoch != state_epochs[i] or (delta < 0 and wrapped is None):
                 # A reset (see CounterState._reset).
                 vals[i] = value
                 tss[i] = ts
@@ -497,8 +515,8 @@ class FamilyCounters:
                     self._negative_zero = True
                 deltas.append(None)
                 continue
-            if delta < 0:
-                delta = value + modulus - prev
+            if wrapped is not None:
+                delta = wrapped
             vals[i] = value
             tss[i] = ts
             totals[i] += delta

@@ -396,3 +396,27 @@ def test_idle_family_poll_equals_counter_state_to_the_bit(first: list[float]) ->
         assert [repr(t) for t in fam.totals] == [repr(s.total) for s in singles]
         if 1 < step < 6:  # idle after the reboot: zero rates of this interval
             assert polled.per_second == [0.0, 0.0, 0.0]
+
+
+def test_a_64_bit_counter_that_wraps_at_2_32_keeps_every_rate() -> None:
+    # Legacy InfiniBand port data counters are 32-bit: at 400 MB/s one
+    # wraps every 11 s. Declared 64-bit (the family's width), each wrap
+    # read as a reset and dropped a sample; the one-by-one and the
+    # family-wide conversion agree on it.
+    settings_ = TrackerSettings()
+    value, ts = float(2**32 - 1_000_000_000), 0.0
+    single = CounterState(value, ts, None)
+    fam = FamilyCounters(settings_, 64)
+    fam.add(value, ts, None)
+    for _ in range(20):
+        ts += 5.0
+        value = float((int(value) + 2_000_000_000) % 2**32)
+        r = single.update(value, ts, settings_, 64)
+        assert r is not None and r.per_second == 400e6
+        assert fam.update([value], ts, None) == [r]
+    # A counter above 2^32 is 64-bit indeed: going backwards is a reset.
+    big = CounterState(float(2**40), 0.0, None)
+    assert big.update(5.0, 1.0, settings_, 64) is None
+    # And one low in the 32-bit range too (no wrap leaves it that high).
+    low = CounterState(1e9, 0.0, None)
+    assert low.update(5.0, 1.0, settings_, 64) is None
