@@ -34,7 +34,7 @@ from fabricwatch.engine.incidents import (
     summarize,
 )
 from fabricwatch.engine.jobs import coactive_groups
-from fabricwatch.engine.port_jobs import PortJobs, assign_ports
+from fabricwatch.engine.port_jobs import PortJobs, assign_ports, port_key
 from fabricwatch.engine.settings import EngineSettings
 from fabricwatch.engine.stall import GpuState, StallDetector
 from fabricwatch.engine.windows import HistoryMirrors, summed_window_means
@@ -474,6 +474,7 @@ class Engine:
         out: list[GpuState] = []
         clear: set[str] = set()
         per_link: dict[str, list[Series]] | None = None  # grouped once, when needed
+        roce: list[Series] | None = None  # likewise
         spare = _spare(groups, s.slow_gpus_ratio)
         means = self._windows.summed_means
         for g in job:
@@ -488,6 +489,12 @@ class Engine:
                 if per_link is None:
                     per_link = self._links_by_gpu()
                 links = per_link.get(g.gpu, [])
+            if not links and len(groups) == 1:
+                # No NVLink counters: the job's exchange is read from its
+                # RoCE ports (on a node of one job every port is its own).
+                if roce is None:
+                    roce = list(self.store.family(sig.NIC_TX_BYTES))
+                links = roce
             if self._idled(g, now - w, now):
                 continue
             work_series = self.store.get(sig.GPU_SM, (g.gpu,)) or self.store.get(
@@ -885,7 +892,7 @@ class Engine:
         for gpu in sorted(ep.gpus, key=_gpu_order):
             found = self.store.get(sig.GPU_SM, (gpu,)) or self.store.get(sig.GPU_POWER, (gpu,))
             work = [found] if found is not None else []
-            links = self._nvlink(gpu)
+            links = self._nvlink(gpu) or self._own_roce(ep)
             n = min(chunks, _whole_windows([*links, *work], latest, w))
             if n < _MIN_CHUNKS:
                 continue
@@ -903,6 +910,17 @@ class Engine:
                 held += 1
         need = max(1, math.ceil(s.slow_gpus_ratio * len(ep.gpus)))
         return held >= need and bool(ratios) and sig.median(ratios) >= s.slow_ratio
+
+    def _own_roce(self, ep: _Episode) -> list[Series]:
+        """The RoCE transmit series of the episode's job (every port where
+        the node holds one job, else the ports assigned to it): the
+        exchange, read where the node has no NVLink counters."""
+        ports = self.store.family(sig.NIC_TX_BYTES)
+        if ep.ports is None or len(ep.ports.jobs) < 2:
+            return list(ports)
+        return [
+            x for x in ports if ep.ports.verdict(port_key("nic", x), frozenset(ep.gpus)) == "own"
+        ]
 
     def _nvlink(self, gpu: str) -> list[Series]:
         """The GPU's NVLink transmit series: its total, else one per link."""

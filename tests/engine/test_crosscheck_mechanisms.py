@@ -274,3 +274,20 @@ def test_a_collector_gap_in_the_history_does_not_hide_a_later_slowdown() -> None
         i.summary for i in incs
     ]
     assert incs[0].culprit.key == truth.culprits[0]
+
+
+# 10 + 9: a slowdown on a node with neither NVLink nor ECN counters
+
+
+def test_without_nvlink_counters_the_exchange_is_read_from_the_roce_ports() -> None:
+    # dcgm-exporter without NVLink bandwidth, node_exporter without ECN/CNP
+    # counters: the all-reduce slowed 1.5x while SM activity barely moved.
+    # The job's RoCE port throughput shows the exchange slowing; nothing
+    # says why, so it is an unknown slowdown that names what is not read.
+    trace, incs = _replay_trace(22038, "ecn_slow", "missing_family", 10.0)
+    missing = trace.params["missing"]
+    assert isinstance(missing, list) and {"ib_ecn", "nvlink_bw"} <= set(missing)
+    assert [(i.kind, i.cause) for i in incs] == [("slowdown", "unknown")], [
+        i.summary for i in incs
+    ]
+    assert "no ECN/CNP counters" in incs[0].summary
