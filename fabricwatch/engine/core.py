@@ -474,7 +474,6 @@ class Engine:
         out: list[GpuState] = []
         clear: set[str] = set()
         per_link: dict[str, list[Series]] | None = None  # grouped once, when needed
-        roce: list[Series] | None = None  # likewise
         spare = _spare(groups, s.slow_gpus_ratio)
         means = self._windows.summed_means
         for g in job:
@@ -489,12 +488,6 @@ class Engine:
                 if per_link is None:
                     per_link = self._links_by_gpu()
                 links = per_link.get(g.gpu, [])
-            if not links and len(groups) == 1:
-                # No NVLink counters: the job's exchange is read from its
-                # RoCE ports (on a node of one job every port is its own).
-                if roce is None:
-                    roce = list(self.store.family(sig.NIC_TX_BYTES))
-                links = roce
             if self._idled(g, now - w, now):
                 continue
             work_series = self.store.get(sig.GPU_SM, (g.gpu,)) or self.store.get(
