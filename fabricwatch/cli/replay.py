@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import math
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
@@ -290,6 +291,9 @@ def replay_summary(
         "mapped_not_read": dict(mapper.unused),
         "dropped": dict(sorted(mapper.dropped.items())),
         "spacing_seconds": spacing.median if spacing else None,
+        "gpu_spacing_seconds": (
+            spacing.gpu_work if spacing and not math.isnan(spacing.gpu_work) else None
+        ),
         "spacing_warning": spacing.warning(settings) if spacing else "",
     }
 
@@ -307,7 +311,12 @@ def format_summary(s: dict[str, Any]) -> str:
         f"{s['incidents']} incident(s)"
     ]
     if s["spacing_seconds"] is not None:
-        lines.append(f"sample spacing: {s['spacing_seconds']:g} s")
+        gpu = s.get("gpu_spacing_seconds")
+        differs = gpu is not None and gpu != s["spacing_seconds"]
+        lines.append(
+            f"sample spacing: {s['spacing_seconds']:g} s"
+            + (f" (GPU work: {gpu:g} s)" if differs else "")
+        )
     if s["unmapped"]:
         lines.append(f"not mapped (samples): {_counts(s['unmapped'])}")
     if s["mapped_not_read"]:

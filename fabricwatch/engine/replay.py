@@ -45,6 +45,10 @@ class Spacing:
 
     median: float
     series: int
+    # The same over the GPU work series alone (what a stall is seen on),
+    # NaN without any: an exporter that refreshes them slower than it is
+    # scraped (dcgm-exporter's own interval) spaces them wider than the rest.
+    gpu_work: float = math.nan
 
     def warning(self, settings: EngineSettings) -> str:
         """What this spacing hides from the engine, or ''.
@@ -54,6 +58,19 @@ class Spacing:
         config; what it cannot do is see a stall shorter than two samples, or
         anything at all between samples much coarser than a minute."""
         m = self.median
+        g = self.gpu_work
+        if g > 1.25 * m and 2.0 * g > settings.min_duration:
+            return (
+                f"GPU work samples are {g:g} s apart, other series {m:g} s: the "
+                f"exporter refreshes GPU metrics slower than it is scraped (held "
+                f"repeats are no samples), so stalls shorter than two of its "
+                f"refreshes ({2.0 * g:g} s) cannot be seen"
+                + (
+                    ""
+                    if g <= MAX_SPACING
+                    else f", and rules are scaled only up to {MAX_SPACING:g} s"
+                )
+            )
         if m > MAX_SPACING:
             return (
                 f"samples are {m:g} s apart: the engine scales its rules to the sample "
@@ -77,13 +94,21 @@ def sample_spacing(samples: Sequence[Sample], limit: int = 200_000) -> Spacing |
     for key, ts in zip(map(_series_key, head), map(_time, head), strict=True):
         times[key].append(ts)
     per_series: list[float] = []
-    for seq in times.values():
+    gpu_work: list[float] = []
+    work = sig.FAMILY_GROUPS["gpu_work"]
+    for (family, _), seq in times.items():
         steps = [b - a for a, b in pairwise(seq) if b > a]
         if steps:
             per_series.append(sig.median(steps))
+            if family in work:
+                gpu_work.append(per_series[-1])
     if not per_series:
         return None
-    return Spacing(round(sig.median(per_series), 3), len(per_series))
+    return Spacing(
+        round(sig.median(per_series), 3),
+        len(per_series),
+        round(sig.median(gpu_work), 3) if gpu_work else math.nan,
+    )
 
 
 @dataclass(slots=True)

@@ -287,7 +287,5 @@ def test_without_nvlink_counters_the_exchange_is_read_from_the_roce_ports() -> N
     trace, incs = _replay_trace(22038, "ecn_slow", "missing_family", 10.0)
     missing = trace.params["missing"]
     assert isinstance(missing, list) and {"ib_ecn", "nvlink_bw"} <= set(missing)
-    assert [(i.kind, i.cause) for i in incs] == [("slowdown", "unknown")], [
-        i.summary for i in incs
-    ]
+    assert [(i.kind, i.cause) for i in incs] == [("slowdown", "unknown")], [i.summary for i in incs]
     assert "no ECN/CNP counters" in incs[0].summary

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import math
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -14,9 +15,10 @@ import pytest
 from fabricwatch.cli import replay as cli_replay
 from fabricwatch.engine import signals as sig
 from fabricwatch.engine.incidents import IncidentTransition, to_json
-from fabricwatch.engine.replay import run_replay
+from fabricwatch.engine.replay import Spacing, run_replay, sample_spacing
 from fabricwatch.engine.replay_mapping import Mapper, map_series
 from fabricwatch.engine.replay_openmetrics import parse_openmetrics, write_openmetrics
+from fabricwatch.engine.settings import EngineSettings
 from fabricwatch.readings import Reading
 from fabricwatch.testing.sim_scenarios import Injection, NodeSpec, Scenario, run_live
 
@@ -245,3 +247,33 @@ def test_cli_says_the_spacing_and_what_it_could_not_use(
     assert summary["dropped"]["nfs_not_write"] > 0
     human = "\n".join(err[:-1])
     assert "sample spacing: 15 s" in human and "node_mountstats_nfs_write_bytes_total 3" in human
+
+
+def test_gpu_metrics_refreshed_slower_than_scraped_are_named_in_the_warning() -> None:
+    # dcgm-exporter collecting every 45 s, scraped every 15 s: replay drops
+    # the held repeats, so GPU work is seen every 45 s while the rest is
+    # seen every 15 s. What the engine cannot see is set by the 45 s.
+    samples = sorted(
+        [(1000.0 + 45 * k, sig.GPU_SM, (str(g),), 0.7) for k in range(40) for g in range(8)]
+        + [
+            (1000.0 + 15 * k, sig.NIC_TX_BYTES, (f"mlx5_{p}", "1"), 1e9)
+            for k in range(120)
+            for p in range(8)
+        ]
+        + [
+            (1000.0 + 15 * k, sig.NIC_RX_BYTES, (f"mlx5_{p}", "1"), 1e9)
+            for k in range(120)
+            for p in range(8)
+        ]
+    )
+    sp = sample_spacing(samples)
+    assert sp is not None and sp.median == 15.0 and sp.gpu_work == 45.0
+    text = sp.warning(EngineSettings())
+    assert "GPU work samples are 45 s apart" in text and "(90 s)" in text
+    # Without GPU series, refreshed with every scrape, or refreshed slower
+    # but still seen within the minimum duration: the plain spacing rule.
+    no_gpu = sample_spacing([s for s in samples if s[1] != sig.GPU_SM])
+    assert no_gpu is not None and math.isnan(no_gpu.gpu_work)
+    assert no_gpu.warning(EngineSettings()).startswith("samples are 15 s apart")
+    assert Spacing(1.0, 10, 2.0).warning(EngineSettings()) == ""
+    assert "two samples (30 s)" in Spacing(15.0, 10, 15.0).warning(EngineSettings())
