@@ -11,25 +11,11 @@ from fabricwatch.engine import signals as sig
 from fabricwatch.readings import Reading
 from fabricwatch.store import Series
 from fabricwatch.testing.sim_scenarios import new_store
+from tests.engine import _window_means as wm
 
 
 def _by_window(series: Series, now: float, w: float, chunks: int) -> list[float] | None:
-    spans = [(now - w, now)] + [
-        (now - (j + 2) * w, now - (j + 1) * w - 1e-3) for j in range(chunks)
-    ]
-    out: list[float] = []
-    need = 2
-    for lo, hi in spans:
-        vals = sig.window(series, lo, hi).values
-        if len(vals) < (2 if not out else need):
-            if not out:
-                return None
-            out.append(math.nan)
-            continue
-        if not out:
-            need = sig.enough_points(len(vals))
-        out.append(sum(vals) / len(vals))
-    return out
+    return wm.means(sig.window(series, lo, hi).values for lo, hi in wm.spans(now, w, chunks))
 
 
 @pytest.mark.parametrize("seed", range(12))

@@ -20,27 +20,13 @@ from fabricwatch.engine.windows import HistoryMirrors
 from fabricwatch.readings import Reading
 from fabricwatch.store import Series, SnapshotStore
 from fabricwatch.testing.sim_scenarios import new_store
+from tests.engine import _window_means as wm
 
 
 def _plain(series: Series, now: float, w: float, chunks: int) -> list[float] | None:
     """The mean of the points inside each span, from the store's own point walk."""
-    spans = [(now - w, now)] + [
-        (now - (j + 2) * w, now - (j + 1) * w - 1e-3) for j in range(chunks)
-    ]
     pts = [(p.ts, p.value) for p in series.history]
-    out: list[float] = []
-    need = 2
-    for lo, hi in spans:
-        inside = [v for t, v in pts if lo <= t <= hi]
-        if len(inside) < (2 if not out else need):
-            if not out:
-                return None
-            out.append(math.nan)  # a history window without data (a gap)
-            continue
-        if not out:
-            need = sig.enough_points(len(inside))
-        out.append(sum(inside) / len(inside))
-    return out
+    return wm.means([v for t, v in pts if lo <= t <= hi] for lo, hi in wm.spans(now, w, chunks))
 
 
 def _read(mirrors: HistoryMirrors, series: Series, rnd: random.Random, t: float) -> None:

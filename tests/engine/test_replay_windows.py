@@ -18,6 +18,7 @@ from fabricwatch.engine import signals as sig
 from fabricwatch.readings import Reading
 from fabricwatch.store import Series, SnapshotStore
 from fabricwatch.testing.sim_scenarios import new_store
+from tests.engine import _window_means as wm
 
 
 def _walk(series: Series, start: float, end: float) -> tuple[list[float], list[float]]:
@@ -30,23 +31,10 @@ def _walk(series: Series, start: float, end: float) -> tuple[list[float], list[f
 def _means(series: Series, now: float, w: float, chunks: int) -> list[float] | None:
     """One walk from the newest point back to the first older than the oldest
     span (on an ordered history: a window per span)."""
-    spans = [(now - w, now)] + [
-        (now - (j + 2) * w, now - (j + 1) * w - 1e-3) for j in range(chunks)
-    ]
+    spans = wm.spans(now, w, chunks)
     vals, times = _walk(series, spans[-1][0], now)
-    out: list[float] = []
-    need = 2
-    for lo, hi in spans:
-        inside = [v for v, t in zip(vals, times, strict=True) if lo <= t <= hi]
-        if len(inside) < (2 if not out else need):
-            if not out:
-                return None
-            out.append(math.nan)  # a history window without data (a gap)
-            continue
-        if not out:
-            need = sig.enough_points(len(inside))
-        out.append(sum(inside) / len(inside))
-    return out
+    pts = list(zip(times, vals, strict=True))
+    return wm.means([v for t, v in pts if lo <= t <= hi] for lo, hi in spans)
 
 
 def _gauge(store: SnapshotStore, points: list[tuple[float, float]]) -> Series:
