@@ -457,6 +457,8 @@ class Daemon:
         # On the collectors' grid: their wake-ups serve the tick too.
         next_at = grid_time(self._monotonic(), tick)
         while True:
+            # After the collections of this grid instant, not beside them.
+            await self.supervisor.settled(next_at, next_at + tick / 2)
             now = self._monotonic()
             self.store.expire(now)
             self._flush_state()

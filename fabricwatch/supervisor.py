@@ -125,6 +125,11 @@ class Supervisor:
         self._entries: list[tuple[Collector, CollectorSettings]] = []
         self._states: dict[str, CollectorState] = {}
         self._tasks: list[asyncio.Task[None]] = []
+        # Per collector: the planned time of the collection it is about to
+        # make or is making (inf while it backs off or restarts), and an
+        # event set whenever one ends (see settled()).
+        self._due: dict[str, float] = {}
+        self._collected = asyncio.Event()
 
     def add(self, collector: Collector, settings: CollectorSettings) -> None:
         """Register a collector before :meth:`start`."""
@@ -150,6 +155,41 @@ class Supervisor:
     def ready(self) -> bool:
         """True once every collector has completed its first attempt."""
         return all(s.first_attempt_done for s in self._states.values())
+
+    def _pending(self, at: float) -> bool:
+        """Whether a collector due at or before ``at`` has not finished that collection."""
+        # Planned times accumulate ``interval`` steps, the tick's ``tick``
+        # steps: the same grid instant may differ in the last bits.
+        at += 1e-6 * max(1.0, abs(at))
+        return any(due <= at for due in self._due.values())
+
+    async def settled(self, at: float, limit: float) -> None:
+        """Return once every collector due at or before ``at`` (monotonic,
+        the grid instant) has finished that collection, or at ``limit``.
+
+        The engine ticks on the collectors' grid: woken at the same instant,
+        it would otherwise run while their collections are still in flight
+        (NVML is sampled in worker threads) and decide on the previous
+        round, a whole tick late. ``limit`` bounds the wait: a collector that
+        hangs until its own timeout must not hold the tick back.
+        """
+        if not self._pending(at):
+            return
+        expired = False
+
+        def expire(_: object) -> None:
+            nonlocal expired
+            expired = True
+            self._collected.set()
+
+        timer = asyncio.ensure_future(self._sleep(max(0.0, limit - self._monotonic())))
+        timer.add_done_callback(expire)
+        try:
+            while not expired and self._pending(at):
+                self._collected.clear()
+                await self._collected.wait()
+        finally:
+            timer.cancel()
 
     async def start(self) -> None:
         """Start every collector per its startup policy, then its collection loop.
@@ -237,6 +277,7 @@ class Supervisor:
         first = True
         while True:
             if not started:
+                self._due[collector.name] = math.inf
                 state.first_attempt_done = True
                 await self._sleep(backoff_delay(settings.interval, state.consecutive_failures))
                 started = await self._try_start(collector, settings)
@@ -244,10 +285,15 @@ class Supervisor:
                     continue
                 next_at = self._monotonic()
                 first = True
+            self._due[collector.name] = next_at
             delay = next_at - self._monotonic()
             if delay > 0:
                 await self._sleep(delay)
-            await self._collect_once(collector, settings, state)
+            try:
+                await self._collect_once(collector, settings, state)
+            finally:
+                self._due[collector.name] = math.inf
+                self._collected.set()
             # Schedule from the planned time, not from "now", so a slow cycle
             # does not drift the grid; skip missed slots instead of bursting.
             failures = 0 if state.degraded else state.consecutive_failures

@@ -7,6 +7,7 @@ import asyncio
 import base64
 import gc
 import json
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -178,3 +179,75 @@ async def test_running_daemon_raises_young_gc_threshold_and_restores_it(tmp_path
     assert seen[0] == before[0]  # the first collection runs before start-up ends
     assert seen[-1] == GC_YOUNG_THRESHOLD
     assert gc.get_threshold() == before
+
+
+class ThreadedCollector:
+    """Samples in a worker thread, as the NVML collector does, and notes when."""
+
+    name = "threaded"
+
+    def __init__(self) -> None:
+        self.began: list[float] = []
+        self.ended: list[float] = []
+
+    def metrics(self) -> Sequence[MetricSpec]:
+        return [signals.SIGNAL_SPECS[signals.GPU_SM]]
+
+    async def start(self) -> None:
+        return None
+
+    async def collect(self) -> Sequence[Reading]:
+        self.began.append(time.monotonic())
+        await asyncio.to_thread(time.sleep, 0.02)
+        self.ended.append(time.monotonic())
+        return [Reading(signals.GPU_SM, ("0",), 0.5)]
+
+    async def close(self) -> None:
+        return None
+
+
+async def test_the_engine_ticks_on_the_round_of_its_own_instant(tmp_path: Path) -> None:
+    """Collectors and the tick share one grid: the engine decides on the
+    collection made at its own instant, not the one a tick before (it would
+    otherwise run while NVML is still being sampled in its thread)."""
+    coll = ThreadedCollector()
+
+    def create(_s: CollectorSettings, _e: CollectorEnv) -> ThreadedCollector:
+        return coll
+
+    registry: dict[str, CollectorFactory[Any]] = {
+        "threaded": CollectorFactory("threaded", CollectorSettings, create, "threaded sampler")
+    }
+    cfg = parse_config(
+        {
+            "daemon": {"state_dir": str(tmp_path / "state"), "node": "node1", "tick": 0.2},
+            "web": {"listen": "127.0.0.1:0"},
+            "collectors": {"threaded": {"interval": 0.2}},
+        },
+        registry,
+    )
+    daemon = Daemon(cfg, registry, config_path=None)
+    # Per tick: how long before it the newest collection it can see began.
+    seen: list[float] = []
+    engine_tick = daemon._engine_tick
+
+    def spy(engine: Any, now: float) -> None:
+        if coll.ended:
+            seen.append(now - coll.began[len(coll.ended) - 1])
+        engine_tick(engine, now)
+
+    daemon._engine_tick = spy  # type: ignore[method-assign]
+    task = asyncio.create_task(daemon.run())
+    try:
+        for _ in range(100):
+            if len(seen) >= 8 or task.done():
+                break
+            await asyncio.sleep(0.05)
+    finally:
+        daemon.request_stop()
+        assert await asyncio.wait_for(task, timeout=30) == ExitCode.OK
+    assert len(seen) >= 8
+    # Made at the tick's own instant (the thread takes 20 ms), not a tick
+    # (0.2 s) before; a tick the loaded box delays may miss it.
+    fresh = [age < 0.1 for age in seen]
+    assert sum(fresh) >= 0.75 * len(fresh), seen

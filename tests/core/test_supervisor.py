@@ -28,6 +28,7 @@ class FakeCollector:
     behaviour: list[str] = field(default_factory=lambda: ["ok"])
     start_behaviour: list[str] = field(default_factory=lambda: ["ok"])
     calls: list[float] = field(default_factory=list)
+    done: list[float] = field(default_factory=list)
     starts: int = 0
     closed: bool = False
 
@@ -49,6 +50,9 @@ class FakeCollector:
             raise SourceAbsentError("no driver")
         if b == "hang":
             await asyncio.sleep(3600)
+        if b == "thread":  # NVML's way: the sampling runs in a worker thread
+            await asyncio.to_thread(time.sleep, 0.03)
+        self.done.append(time.monotonic())
         return [Reading(f"fabricwatch_fake_{self.name}", (), float(len(self.calls)))]
 
     async def close(self) -> None:
@@ -216,6 +220,56 @@ async def test_collectors_of_one_interval_share_the_grid_after_their_first_colle
         plans = still.plans[f"collector:{c.name}"]
         # 1000.3 + 1 s, up to the next whole second; then a second apart.
         assert plans[:3] == pytest.approx([1002.0, 1003.0, 1004.0]), c.name
+
+
+async def test_settled_returns_after_the_collections_of_the_grid_instant() -> None:
+    """The daemon's tick wakes on the collectors' grid; after ``settled`` the
+    collection due at that instant is in, not the one a round before."""
+    c = FakeCollector("gpu", behaviour=["thread"])
+    sup = Supervisor(SnapshotStore())
+    sup.add(c, _settings(0.2))
+    await sup.start()
+    fresh = []
+    at = grid_time(time.monotonic() + 0.2, 0.2)
+    try:
+        for _ in range(4):
+            await asyncio.sleep(max(0.0, at - time.monotonic()))
+            await sup.settled(at, at + 0.15)
+            # The collection planned for ``at`` began at ``at`` at the earliest.
+            fresh.append(bool(c.calls) and c.calls[-1] >= at - 0.01 and len(c.done) == len(c.calls))
+            at += 0.2
+    finally:
+        await sup.stop()
+    assert fresh == [True] * 4
+
+
+async def test_settled_gives_up_at_its_limit_on_a_hanging_collector() -> None:
+    c = FakeCollector("stuck", behaviour=["ok", "hang"])
+    sup = Supervisor(SnapshotStore())
+    sup.add(c, _settings(0.1, timeout=5.0))
+    await sup.start()
+    at = grid_time(time.monotonic() + 0.1, 0.1)
+    try:
+        await asyncio.sleep(max(0.0, at - time.monotonic()) + 0.01)
+        await sup.settled(at, time.monotonic() + 0.05)
+        # It returned on the limit: the collection is still in flight.
+        assert len(c.calls) == 2
+        assert len(c.done) == 1
+    finally:
+        await sup.stop()
+
+
+async def test_settled_does_not_wait_for_a_collector_backing_off() -> None:
+    c = FakeCollector("down", start_behaviour=["raise"])
+    sup = Supervisor(SnapshotStore())
+    sup.add(c, _settings(0.1))
+    await sup.start()
+    try:
+        await asyncio.sleep(0.05)
+        # Not started: nothing is due, whatever the instant.
+        assert not sup._pending(time.monotonic() + 10.0)
+    finally:
+        await sup.stop()
 
 
 def test_grid_time_is_the_next_multiple_of_the_interval() -> None:
