@@ -5,8 +5,9 @@ text with timestamps) and :mod:`fabricwatch.engine.replay_prometheus` (the
 Prometheus HTTP API), names mapped by :mod:`fabricwatch.engine.replay_mapping`.
 This module runs the engine over the mapped samples: they are fed into a fresh
 :class:`~fabricwatch.store.SnapshotStore` and the engine ticks on a fixed grid
-(half-tick marks), exactly as :func:`~fabricwatch.testing.sim_scenarios.run_live`
-does live, and reports the sample spacing it saw.
+in the samples' own phase (:func:`first_tick`), as the daemon ticks once its
+collectors' round is in (and :func:`~fabricwatch.testing.sim_scenarios.run_live`
+does), and reports the sample spacing it saw.
 """
 
 from __future__ import annotations
@@ -164,6 +165,62 @@ class TickPlan:
     skipped: int
 
 
+_PHASE_SAMPLES = 512
+"""Samples per family (spread over the run) that :func:`first_tick` reads phases from."""
+
+
+def _arc_end(phases: list[float], share: float, tick: float) -> int:
+    """Index (into the sorted ``phases``) of the end of the shortest arc of
+    the circle [0, tick) that holds ``share`` of them."""
+    n = len(phases)
+    k = max(1, math.ceil(share * n))
+    best, end = math.inf, n - 1
+    for i in range(n):
+        j = i + k - 1
+        arc = phases[j] - phases[i] if j < n else phases[j - n] + tick - phases[i]
+        if arc < best:
+            best, end = arc, j % n
+    return end
+
+
+def first_tick(samples: Sequence[Sample], tick: float) -> float:
+    """The first tick of the grid over time-sorted ``samples``: in the
+    phase where a round of samples is complete.
+
+    The daemon's engine ticks just after the collectors' round of the same
+    instant (:meth:`~fabricwatch.supervisor.Supervisor.settled`), so what
+    it decides on is at most milliseconds old. Recorded data comes in
+    phases of its own (each Prometheus target has its scrape offset): a
+    grid in another phase makes every stall wait for up to a tick more
+    than it would live (half a tick on average, which at 1 s samples is
+    half a sample). Phases are sample times modulo the tick, on a circle.
+    Each family arrives at the end of the shortest arc holding 90 % of its
+    phases (a few late scrapes do not move it); the grid ticks at the end
+    of the shortest arc holding every family's arrival, on a sample's own
+    time. A family sampled in no steady phase (irregular spacing) arrives
+    anywhere, as any phase is then as good as another for it.
+    """
+    first = samples[0][0]
+    spread = samples[:: max(1, len(samples) // (64 * _PHASE_SAMPLES))]
+    by_family: defaultdict[str, list[float]] = defaultdict(list)
+    for ts, family in zip(map(_time, spread), map(_family, spread), strict=True):
+        by_family[family].append(ts)
+    # A family too rare to be in the spread (an XID series far from the
+    # rest) leaves the phase to the others: it comes with a dense one of its
+    # exporter, in its phase.
+
+    def phase(x: float) -> float:
+        return x - math.floor(x / tick) * tick
+
+    arrivals: list[float] = []
+    for seen in by_family.values():
+        times = sorted(seen[:: max(1, len(seen) // _PHASE_SAMPLES)], key=phase)
+        arrivals.append(times[_arc_end([phase(x) for x in times], 0.9, tick)])
+    arrivals.sort(key=phase)
+    x = arrivals[_arc_end([phase(x) for x in arrivals], 1.0, tick)]
+    return x - math.floor((x - first) / tick) * tick
+
+
 def plan_replay(samples: Sequence[Sample], settings: EngineSettings) -> TickPlan:
     """The tick grid over time-sorted ``samples`` (families the engine reads only)."""
     tick = settings.tick
@@ -177,9 +234,7 @@ def plan_replay(samples: Sequence[Sample], settings: EngineSettings) -> TickPlan
         kept = list(compress(samples, map(used.__contains__, map(_family, samples))))
     times = list(map(_time, kept))
     n = len(kept)
-    t = math.floor(first / tick) * tick + tick / 2
-    if t < first:
-        t += tick
+    t = first_tick(kept, tick)
     ticks: list[float] = []
     expire: list[bool] = []
     last_expire = -math.inf

@@ -18,6 +18,7 @@ from fabricwatch.testing.sim_scenarios._model import (
 )
 
 _OFFSET_MS = {"nvml": 50, "rdma": 100, "storage": 200, "switch": 300}
+_LAST = max(_OFFSET_MS, key=_OFFSET_MS.__getitem__)
 
 Step = tuple[float, list[tuple[str, list[Reading]]]]
 """The engine tick time of one simulated second and each collector's batch."""
@@ -110,7 +111,9 @@ class _Sim:
         injections = sc.normalized()
         for k in range(sc.duration):
             active = [i for i in injections if i.start <= k < i.start + i.duration]
-            yield (sc.start_ts + k + 0.5, self._second(k, active))
+            # The engine ticks once the round is in (as the daemon's does,
+            # Supervisor.settled): at the last collector's sample time.
+            yield (self._ts(k, _LAST), self._second(k, active))
 
     def _second(self, k: int, active: list[Injection]) -> list[tuple[str, list[Reading]]]:
         r = self.rng
