@@ -467,10 +467,12 @@ class Engine:
             self._rhythm_at = now
             self._rhythm_s = self._measured_rhythm(now)
         w = self._comm_window()
-        # Two baseline windows of history: the spread of its window means is
-        # what the drop must stand out from, and from three or four of them
-        # it is itself mostly noise.
-        chunks = max(4, int(2.0 * s.baseline_window // w))
+        # Two baseline windows of history, eight windows at least where the
+        # history holds them: the spread of its window means is what the
+        # drop must stand out from, and from four of them it is itself
+        # mostly noise (a job of a few exchanges per window read a spread of
+        # 40-120 % and hid a 35 % drop, tests/engine/test_slowdown_history.py).
+        chunks = max(_HISTORY_CHUNKS, int(2.0 * s.baseline_window // w))
         out: list[GpuState] = []
         clear: set[str] = set()
         per_link: dict[str, list[Series]] | None = None  # grouped once, when needed
@@ -879,7 +881,7 @@ class Engine:
         loading cuts the work itself). Without communication throughput
         nothing tells a slower exchange from a change of work: no incident."""
         s = self._eff
-        chunks = max(4, int(2.0 * s.baseline_window // w))
+        chunks = max(_HISTORY_CHUNKS, int(2.0 * s.baseline_window // w))
         ratios: list[float] = []
         held = 0
         for gpu in sorted(ep.gpus, key=_gpu_order):
@@ -1343,6 +1345,9 @@ class _Change:
 
 _MIN_CHUNKS = 4
 """Fewest earlier windows a throughput or work change is measured against."""
+_HISTORY_CHUNKS = 8
+"""Earlier windows a throughput or work change is measured against where the
+history holds them (fewer, down to ``_MIN_CHUNKS``, where it does not)."""
 
 
 def _whole_windows(series: Sequence[Series], now: float, width: float) -> int:
