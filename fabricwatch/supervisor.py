@@ -226,6 +226,8 @@ class Supervisor:
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks.clear()
+        # A loop cancelled while it slept leaves its planned time: nothing is due now.
+        self._due.clear()
         await self._close_all()
 
     async def _close_all(self) -> None:

@@ -272,6 +272,18 @@ async def test_settled_does_not_wait_for_a_collector_backing_off() -> None:
         await sup.stop()
 
 
+async def test_settled_does_not_wait_for_a_stopped_supervisor() -> None:
+    # A reload stops the old supervisor while its loops sleep to their next
+    # collection: a tick that still asks it must not wait for them.
+    c = FakeCollector("old")
+    sup = Supervisor(SnapshotStore())
+    sup.add(c, _settings(0.1))
+    await sup.start()
+    await asyncio.sleep(0.05)
+    await sup.stop()
+    assert not sup._pending(time.monotonic() + 10.0)
+
+
 def test_grid_time_is_the_next_multiple_of_the_interval() -> None:
     assert grid_time(1000.3, 1.0) == 1001.0
     assert grid_time(1001.0, 1.0) == 1001.0
