@@ -13,7 +13,6 @@ from typing import Any
 import pytest
 
 from fabricwatch.clock import Clock, scaled_clock
-from fabricwatch.collector import CollectorEnv, CollectorFactory, CollectorSettings
 from fabricwatch.config import parse_config
 from fabricwatch.daemon import Daemon
 from fabricwatch.engine import signals as sig
@@ -145,12 +144,9 @@ def _daemon(
 ) -> Daemon:
     sim = scenario or Scenario(duration=400, injections=[], missing=0.0)
 
-    def create(_s: CollectorSettings, _e: CollectorEnv) -> pipeline.ScenarioCollector:
-        return pipeline.ScenarioCollector(sim)
-
-    registry: dict[str, CollectorFactory[Any]] = {
-        "sim": CollectorFactory("sim", CollectorSettings, create, "scenario replayer")
-    }
+    registry = pipeline.one_collector(
+        "sim", lambda: pipeline.ScenarioCollector(sim), "scenario replayer"
+    )
     cfg = parse_config(
         {
             "daemon": {"state_dir": str(tmp_path / "state"), "node": "gpu-017", "tick": 1.0},

@@ -8,7 +8,7 @@ import base64
 import gc
 import json
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +17,7 @@ from aiohttp import web
 from standardwebhooks import Webhook
 
 from fabricwatch.clock import scaled_clock
-from fabricwatch.collector import CollectorEnv, CollectorFactory, CollectorSettings
+from fabricwatch.collector import Collector, CollectorFactory, CollectorSettings
 from fabricwatch.config import parse_config
 from fabricwatch.daemon import GC_YOUNG_THRESHOLD, Daemon
 from fabricwatch.engine import signals
@@ -53,6 +53,13 @@ class ScenarioCollector:
         return None
 
 
+def one_collector(
+    name: str, make: Callable[[], Collector], what: str
+) -> dict[str, CollectorFactory[Any]]:
+    """A collector registry of one collector, built by ``make`` whenever the daemon builds it."""
+    return {name: CollectorFactory(name, CollectorSettings, lambda _s, _e: make(), what)}
+
+
 async def test_pfc_storm_is_detected_persisted_served_and_paged(tmp_path: Path) -> None:
     scenario = Scenario(
         duration=240,
@@ -60,12 +67,7 @@ async def test_pfc_storm_is_detected_persisted_served_and_paged(tmp_path: Path) 
         missing=0.0,
     )
 
-    def create(_s: CollectorSettings, _e: CollectorEnv) -> ScenarioCollector:
-        return ScenarioCollector(scenario)
-
-    registry: dict[str, CollectorFactory[Any]] = {
-        "sim": CollectorFactory("sim", CollectorSettings, create, "scenario replayer")
-    }
+    registry = one_collector("sim", lambda: ScenarioCollector(scenario), "scenario replayer")
     pages: list[dict[str, Any]] = []
     verifier = Webhook(SECRET)
 
@@ -162,9 +164,7 @@ class _ThresholdProbe(ScenarioCollector):
 async def test_running_daemon_raises_young_gc_threshold_and_restores_it(tmp_path: Path) -> None:
     seen: list[int] = []
     probe = _ThresholdProbe(Scenario(duration=60, injections=[], missing=0.0), seen)
-    registry: dict[str, CollectorFactory[Any]] = {
-        "sim": CollectorFactory("sim", CollectorSettings, lambda _s, _e: probe, "probe")
-    }
+    registry = one_collector("sim", lambda: probe, "probe")
     state, listen = str(tmp_path / "state"), "127.0.0.1:0"
     doc = {"daemon": {"state_dir": state, "node": "n1"}, "web": {"listen": listen}}
     cfg = parse_config({**doc, "collectors": {"sim": {"interval": 1.0}}}, registry)
@@ -211,13 +211,7 @@ async def test_the_engine_ticks_on_the_round_of_its_own_instant(tmp_path: Path) 
     collection made at its own instant, not the one a tick before (it would
     otherwise run while NVML is still being sampled in its thread)."""
     coll = ThreadedCollector()
-
-    def create(_s: CollectorSettings, _e: CollectorEnv) -> ThreadedCollector:
-        return coll
-
-    registry: dict[str, CollectorFactory[Any]] = {
-        "threaded": CollectorFactory("threaded", CollectorSettings, create, "threaded sampler")
-    }
+    registry = one_collector("threaded", lambda: coll, "threaded sampler")
     cfg = parse_config(
         {
             "daemon": {"state_dir": str(tmp_path / "state"), "node": "node1", "tick": 0.2},
