@@ -775,9 +775,31 @@ class Engine:
             return ep
         attr, missing = self._score(ep, now)
         run = min(latest - ep.run_onset, held)
-        if self._reached(run, s.min_duration) or self._strong(ep, attr, now):
+        if self._reached(run, s.min_duration) or (
+            self._strong(ep, attr, now) and self._outlasted_dips(attr, duration)
+        ):
             self._open(ep, attr, missing, bad, now=now, out=out)
         return ep
+
+    def _outlasted_dips(self, attr: Attribution, duration: float) -> bool:
+        """Whether a stall seen for ``duration`` has outlasted the dips that
+        come with the same evidence. A write burst begins with the stall it
+        explains, and with an evaluation pause too (the job logs or saves
+        while its GPUs wait): a pause shorter than two samples still reads
+        idle on two, the first dated back to the partial sample it began
+        in, or two 1 s samples it nearly covered. So a burst on a disk
+        opens a checkpoint on its ``checkpoint_min_samples``-th idle sample.
+        A burst on a checkpoint path of the node's configuration (where the
+        storage collector flags bursts, ``fabricwatch_storage_write_burst``)
+        is the job's own write, and like a cause whose evidence came first,
+        or a discrete event, is told apart on two."""
+        if attr.cause is not Cause.CHECKPOINT_WRITE:
+            return True
+        path = dict(attr.culprit.labels).get("path")
+        if path is not None and self.store.get(sig.ST_WRITE_BURST, (path,)) is not None:
+            return True
+        step = max(self.tick_s, self.spacing)
+        return self._reached(duration, (self._eff.checkpoint_min_samples - 1) * step)
 
     def _reached(self, duration: float, need: float) -> bool:
         """Whether a stall seen for ``duration`` (between sample times) has

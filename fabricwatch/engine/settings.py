@@ -43,6 +43,14 @@ class EngineSettings:
         max=3600.0,
         duration=True,
     )
+    checkpoint_min_samples: int = option(
+        3,
+        "A stall whose cause is a write burst opens before min_duration only once seen idle "
+        "on this many samples: the burst begins with the stall, as the log write of an "
+        "evaluation pause does, and a pause shorter than two samples can read idle on two.",
+        min=2,
+        max=100,
+    )
     strong_evidence: float = option(
         0.8, "Evidence score that allows the shorter minimum duration.", min=0.0, max=1.0
     )
