@@ -9,7 +9,7 @@ process data) the GPUs whose work signals rise and fall together are one job.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from fabricwatch.engine import signals as sig
 from fabricwatch.store import SnapshotStore
@@ -40,13 +40,15 @@ def coactive_groups(
 ) -> Mapping[str, frozenset[str]]:
     """Each GPU's job-mates (itself included), from co-activity in [lo, hi].
 
-    Two GPUs are apart only when both show a rhythm over >= 8 shared sample
-    times (they oscillate clearly, relative standard deviation >= 10 %, or
-    move with some other GPU, r >= 0.6) and their work signals are
-    uncorrelated (r < 0.3); anything less informative keeps them together
-    (one job per node is the usual case, and at 15-30 s averaging the rhythm
-    is mostly gone). A GPU without a rhythm of its own never joins two
-    rhythmic jobs into one: it goes with the job it moves with most.
+    GPUs that show a rhythm (they oscillate clearly, relative standard
+    deviation >= 10 %, or move with some other GPU, r >= 0.6) and move
+    together over >= 8 shared sample times (r >= 0.3) are one job. Two such
+    groups are apart when the pairs between them with enough shared sample
+    times are uncorrelated (r < 0.3), and together where no pair has them;
+    anything less informative keeps GPUs together (one job per node is the
+    usual case, and at 15-30 s averaging the rhythm is mostly gone). A GPU
+    without a rhythm of its own never joins two rhythmic jobs into one: it
+    goes with the job it moves with most.
     """
     series: dict[str, dict[float, float]] = {}
     for g in gpus:
@@ -90,8 +92,9 @@ def coactive_groups(
 
     for i, a in enumerate(rhythmic):
         for b in rhythmic[i + 1 :]:
-            if root(a) != root(b) and corr.get((a, b), 1.0) >= _SAME_JOB:
+            if root(a) != root(b) and corr.get((a, b), 0.0) >= _SAME_JOB:
                 parent[root(a)] = root(b)
+    _join_unseen(rhythmic, corr, root, parent)
     jobs = sorted({root(g) for g in rhythmic})
     for g in gpus:
         if g in rhythmic:
@@ -114,6 +117,37 @@ def coactive_groups(
     for g in gpus:
         groups.setdefault(root(g), set()).add(g)
     return {g: frozenset(groups[root(g)]) for g in gpus}
+
+
+def _join_unseen(
+    rhythmic: Sequence[str],
+    corr: Mapping[tuple[str, str], float],
+    root: Callable[[str], str],
+    parent: dict[str, str],
+) -> None:
+    """Join the co-active groups that no pair of GPUs sets apart: groups
+    with no correlation known between them (too few shared sample times:
+    missed samples, a collector gap) are one job, as with no data at all.
+    Where some pairs are known and uncorrelated, the pairs without data do
+    not join two jobs (a single pair short of shared samples merged two
+    rhythmic jobs, and the other job's swings became the first's slowdown)."""
+    while True:
+        members: dict[str, list[str]] = {}
+        for g in rhythmic:
+            members.setdefault(root(g), []).append(g)
+        groups = sorted(members)
+        pair = next(
+            (
+                (a, b)
+                for i, a in enumerate(groups)
+                for b in groups[i + 1 :]
+                if not any((x, y) in corr for x in members[a] for y in members[b])
+            ),
+            None,
+        )
+        if pair is None:
+            return
+        parent[pair[0]] = pair[1]
 
 
 def _swing(values: Sequence[float]) -> float:
