@@ -39,6 +39,7 @@ def attribute(
     late_after: float = math.inf,
     first_by: float = math.inf,
     decides_by: float = math.inf,
+    events_by: float = math.inf,
 ) -> Attribution:
     """Pick the cause from scored evidence (strongest first or not).
 
@@ -61,8 +62,20 @@ def attribute(
     while the GPUs were already waiting (a link that flapped a minute into a
     hang) is secondary even where nothing else explains the stall, which is
     then ``unknown``.
+
+    ``events_by`` (a stall seen on window averages: its onset, by when the
+    GPUs were already waiting a whole sample) is the same bound, sharper,
+    for every event and link state change: one first seen after it happened
+    inside that sample or later, while the GPUs waited.
     """
-    evidence, candidates = _by_time(evidence, min_evidence, late_after, first_by, decides_by)
+    evidence, candidates = _by_time(
+        evidence,
+        min_evidence,
+        late_after=late_after,
+        first_by=first_by,
+        decides_by=decides_by,
+        events_by=events_by,
+    )
     best: dict[Cause, Evidence] = {}
     support: dict[Cause, int] = {}
     for e in candidates:
@@ -98,12 +111,18 @@ def attribute(
 def _by_time(
     evidence: Sequence[Evidence],
     min_evidence: float,
+    *,
     late_after: float,
     first_by: float,
     decides_by: float,
+    events_by: float,
 ) -> tuple[list[Evidence], Sequence[Evidence]]:
     """(all evidence, late evidence marked ``after the onset``; the evidence
     that may decide the cause), by the time rules of :func:`attribute`."""
+
+    def late_event(e: Evidence, by: float) -> bool:
+        return e.family in TIMED_FAMILIES and e.since is not None and e.since > by
+
     if math.isfinite(first_by):
         first = _first_shown(evidence, min_evidence)
         t0 = min(first.values(), default=math.inf)
@@ -114,13 +133,13 @@ def _by_time(
     else:
 
         def is_late(e: Evidence) -> bool:
-            return e.since is not None and e.since > late_after
+            return (e.since is not None and e.since > late_after) or late_event(e, events_by)
 
     timely = [e for e in evidence if not is_late(e)]
     if not any(e.score >= min_evidence for e in timely):
 
         def is_late(e: Evidence) -> bool:
-            return e.family in TIMED_FAMILIES and e.since is not None and e.since > decides_by
+            return late_event(e, min(decides_by, events_by))
 
         timely = [e for e in evidence if not is_late(e)]
     late = [replace(e, text=f"after the onset: {e.text}") for e in evidence if is_late(e)]

@@ -727,8 +727,31 @@ class Engine:
             late_after=late_after,
             first_by=first_by,
             decides_by=decides_by if ep.kind == "stall" else math.inf,
+            events_by=self._events_by(ep),
         )
         return attr, tuple(missing)
+
+    def _events_by(self, ep: _Episode) -> float:
+        """The time after which an event or link state change (an XID, a link
+        going down) first seen began while the stall's GPUs already waited.
+
+        SM activity slower than the tick is an average over its sample: the
+        first one under ``idle_sm_ratio`` had the GPUs idle for almost all
+        of the sample before its time, the stall's onset (or before the
+        partial sample it is dated back to). An event is first seen on the
+        first sample after it, so one first seen after the onset (plus a
+        tenth of a sample of scrape jitter) happened inside that idle
+        sample or later: secondary, whatever its score (cross-check seed
+        16055: an XID stalled the job at 15 s samples, a link flap 15 s
+        later, seen a sample after the onset, took the incident over). At
+        the tick's pace, and on other work signals (power, utilization:
+        not averages over the whole sample), the usual bounds hold."""
+        if ep.kind != "stall" or not self.spacing > 2.0 * self.tick_s:
+            return math.inf
+        gpus = [self.detector.gpus.get(g) for g in ep.gpus]
+        if not gpus or any(g is None or g.signal != "sm_active" for g in gpus):
+            return math.inf
+        return ep.onset + 0.1 * self.spacing
 
     def _step_stall(
         self,

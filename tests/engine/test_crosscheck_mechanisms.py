@@ -20,7 +20,7 @@ from fabricwatch.engine.replay import run_replay
 from fabricwatch.engine.replay_mapping import Mapper, Sample
 from fabricwatch.engine.replay_openmetrics import parse_openmetrics
 from fabricwatch.engine.settings import EngineSettings
-from tests.engine.test_mechanisms import T0, from_text, node, replay
+from tests.engine.test_mechanisms import T0, Extra, from_text, node, replay
 
 
 def _replay_trace(
@@ -127,6 +127,51 @@ def test_a_link_down_just_before_a_stall_is_still_its_cause() -> None:
                 extra=_link_flap_at(onset - 0.5, 12 * spacing),
             )
         )
+        assert _verdicts(incs) == [("link_down", "nic:mlx5_2:1")], (
+            spacing,
+            [i.summary for i in incs],
+        )
+
+
+def _scraped_flap(at: float, lag: float, length: float, xid: float | None = None) -> Extra:
+    """A link down from ``at`` for ``length`` s, scraped ``lag`` s after each
+    GPU sample (the NIC exporter's offset); an XID on GPU 0 from ``xid``."""
+
+    def faults(t: float, out: list[Sample]) -> None:
+        if xid is not None:
+            out.append((T0 + t + 0.1, sig.GPU_XID, ("0", "79"), 1.0 if t >= xid else 0.0))
+        u = t + 0.1 + lag
+        out.append((T0 + u, sig.NIC_LINK_DOWNED, ("mlx5_2", "1"), 1.0 if u >= at else 0.0))
+        out.append(
+            (T0 + u, sig.NIC_LINK_UP, ("mlx5_2", "1"), 0.0 if at <= u < at + length else 1.0)
+        )
+
+    return faults
+
+
+def test_a_link_flap_inside_the_first_idle_sample_does_not_take_over_an_xid_stall() -> None:
+    # Cross-check seed 16055 (xid, concurrent, 15 s): an XID stalled the
+    # job; a link flapped inside the first idle SM sample and showed on the
+    # link's next scrape, after the onset. The GPUs were already idle for
+    # that whole sample (SM activity is its average), so the flap came
+    # after they stopped: secondary, though it scores higher.
+    for spacing in (5.0, 15.0, 30.0):
+        onset = 2010.0  # on a sample boundary: the sample before it worked throughout
+        faults = _scraped_flap(onset + 0.5 * spacing, 0.4 * spacing, spacing, xid=onset)
+        incs = replay(node(spacing, 3600, (onset, onset + 12 * spacing), extra=faults))
+        assert _verdicts(incs) == [("gpu_fault", "gpu:0")], (spacing, [i.summary for i in incs])
+        late = [e.text for e in incs[0].evidence if e.cause == "link_down"]
+        assert late and all(t.startswith("after the onset") for t in late), (spacing, late)
+
+
+def test_a_link_flap_before_the_stall_scraped_late_is_still_its_cause() -> None:
+    # The counterpart, with the same late NIC scrape: the link went down in
+    # the last compute phase and shows on a scrape before the first idle
+    # SM sample's time.
+    for spacing in (5.0, 15.0, 30.0):
+        onset = 2010.0
+        faults = _scraped_flap(onset - 0.5, 0.4 * spacing, 12 * spacing)
+        incs = replay(node(spacing, 3600, (onset, onset + 12 * spacing), extra=faults))
         assert _verdicts(incs) == [("link_down", "nic:mlx5_2:1")], (
             spacing,
             [i.summary for i in incs],
