@@ -13,9 +13,10 @@ import math
 import re
 from bisect import bisect_right
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Hashable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from operator import itemgetter
+from typing import Generic, TypeVar
 
 from fabricwatch import nicnames
 from fabricwatch.counters import CounterTracker
@@ -517,6 +518,10 @@ class Mapper:
         self._speed_high: set[tuple[str, ...]] = set()
         self._nic_map: dict[str, tuple[str, str]] = dict(nic_map or {})
         self._own: set[tuple[str, tuple[str, ...]]] = set()
+        # Pause-time counters become ratios as they come: their stale
+        # repeats are found on the way (the other counters' in finish()).
+        self._stale: _StaleRepeats[tuple[Hashable, float, float]] = _StaleRepeats()
+        self._us_targets: dict[Hashable, Target] = {}
         self._dcgm_seen = False
         self._ifspeed_seen = False
         self._carrier_seen = False
@@ -525,6 +530,12 @@ class Mapper:
         self.dropped: dict[str, int] = {}
         self.unused: dict[str, int] = {}
         self.samples = 0
+
+    def _us_ratio(self, target: Target, key: Hashable, ts: float, value: float) -> None:
+        """A pause-time counter (microseconds) as the share of time paused."""
+        rate = self._tracker.update(key, value, ts)
+        if rate is not None:
+            self.out.append((ts, target.family, target.labels, min(1.0, rate.per_second / 1e6)))
 
     def _drop(self, reason: str, n: int = 1) -> None:
         self.dropped[reason] = self.dropped.get(reason, 0) + n
@@ -564,9 +575,13 @@ class Mapper:
             key = (target.family, target.labels, source)
             self._integrate.setdefault(key, []).append((ts, value * target.scale))
         elif tr == "us_ratio":
-            rate = self._tracker.update((source, target.labels), value, ts)
-            if rate is not None:
-                out.append((ts, target.family, target.labels, min(1.0, rate.per_second / 1e6)))
+            series = (source, target.labels)
+            if source.startswith("fabricwatch_"):
+                self._us_ratio(target, series, ts, value)
+            else:
+                self._us_targets[series] = target
+                for k, t, v in self._stale.push(series, ts, value, (series, ts, value)):
+                    self._us_ratio(target, k, t, v)
         elif tr == "last_xid":
             self._xid(target, ts, value)
         elif tr == "power_info":
@@ -750,6 +765,8 @@ class Mapper:
                 self.out.append((ts, sig.ST_WRITE_LAT, (device,), lat))
         self._disk.clear()
         self._finish_mig()
+        for key, ts, value in self._stale.flush():
+            self._us_ratio(self._us_targets[key], key, ts, value)
         self._finish_xmit_wait()
         periods = self._refresh_periods()
         self._finish_integrate(periods)
@@ -765,6 +782,10 @@ class Mapper:
         if held:
             self._drop("held_repeat", held)
         out = _without_stale_counts(out)
+        out, repeats = _without_stale_repeats(out, self._own)
+        repeats += self._stale.dropped
+        if repeats:
+            self._drop("stale_repeat", repeats)
         self.out = out
         counts = Counter(map(itemgetter(1), out))
         self.unused = {f: n for f, n in sorted(counts.items()) if f not in sig.ENGINE_FAMILIES}
@@ -892,6 +913,83 @@ def _without_stale_counts(samples: list[Sample]) -> list[Sample]:
         return samples
     drop = set(stale)
     return [x for i, x in enumerate(samples) if i not in drop]
+
+
+_Item = TypeVar("_Item")
+
+
+class _StaleRepeats(Generic[_Item]):
+    """Counter values repeated for one sample between moving ones whose next
+    step makes up for it (at least 1.5 times the step before it, per
+    second): stale samples of a noisy export, not intervals without events.
+    Read as one, a pause counter at 96 % reads 0 % for a sample and then
+    192 %, and the storm no longer lasts (cross-check seed 18036: a switch
+    PFC storm at 10 s came out ``unknown``). Without the value the rate
+    covers both intervals, as over a missing sample. A quiet counter's
+    repeats (its step before is 0) and a repeat at the end stay.
+
+    Fed one series' samples in time order (:meth:`push`), it returns the
+    items now known to be kept, a repeat's one sample late; :meth:`flush`
+    returns those still waiting at the end."""
+
+    def __init__(self) -> None:
+        self._prev: dict[Hashable, tuple[float, float, float, float]] = {}
+        self._pending: dict[Hashable, tuple[float, float, _Item]] = {}
+        self.dropped = 0
+
+    def push(self, key: Hashable, ts: float, value: float, item: _Item) -> list[_Item]:
+        """The items of series ``key`` kept as of its sample (``ts``, ``value``)."""
+        prev = self._prev.get(key)
+        if prev is None:
+            self._prev[key] = (math.nan, math.nan, ts, value)
+            return [item]
+        t0, v0, t1, v1 = prev
+        out: list[_Item] = []
+        pending = self._pending.pop(key, None)
+        if pending is not None:
+            tr, vr, held = pending
+            before = (v1 - v0) / (t1 - t0) if t1 > t0 else 0.0
+            after = (value - vr) / (ts - tr) if ts > tr else 0.0
+            if before > 0 and after >= 1.5 * before:
+                self.dropped += 1
+                self._prev[key] = (t1, v1, ts, value)
+                return [item]
+            out.append(held)
+            t0, v0, t1, v1 = t1, v1, tr, vr
+        if value == v1 and v1 > v0:
+            self._pending[key] = (ts, value, item)
+            self._prev[key] = (t0, v0, t1, v1)
+            return out
+        self._prev[key] = (t1, v1, ts, value)
+        out.append(item)
+        return out
+
+    def flush(self) -> list[_Item]:
+        """The repeats still waiting for a next sample: kept."""
+        out = [held for _, _, held in self._pending.values()]
+        self._pending.clear()
+        return out
+
+
+def _without_stale_repeats(
+    samples: list[Sample], own: Collection[tuple[str, tuple[str, ...]]]
+) -> tuple[list[Sample], int]:
+    """``samples`` (sorted by time) without the stale repeats of counters
+    (:class:`_StaleRepeats`), except in the daemon's own export (``own``:
+    replayed as the engine read it live). Returns them and how many were dropped."""
+    found: _StaleRepeats[int] = _StaleRepeats()
+    keep = bytearray(len(samples))
+    for i, (ts, fam, labels, value) in enumerate(samples):
+        if fam not in _COUNTER_FAMILIES or (fam, labels) in own:
+            keep[i] = 1
+            continue
+        for j in found.push((fam, labels), ts, value, i):
+            keep[j] = 1
+    for j in found.flush():
+        keep[j] = 1
+    if not found.dropped:
+        return samples, 0
+    return list(itertools.compress(samples, keep)), found.dropped
 
 
 _NIC_FAMILIES = frozenset(

@@ -70,3 +70,28 @@ def test_a_swapped_cnp_sample_opens_no_congestion_slowdown_before_a_storage_stal
     assert [(inc.kind, inc.cause) for inc in near] == [("stall", "storage_latency")], [
         (inc.kind, inc.cause, inc.onset - tg.T0) for inc in near
     ]
+
+
+def test_a_value_repeated_between_moving_ones_is_dropped() -> None:
+    # A stale repeat of 130 at 45 s: 0 then a double step. Without it the
+    # rate over 30-60 s is the same as around it.
+    m = Mapper()
+    text = "".join(
+        f"{_NAME} {v!r} {T0 + 15 * k}\n" for k, v in enumerate([100, 115, 130, 130, 160, 175])
+    )
+    parse_openmetrics(io.StringIO(text + "# EOF\n"), m)
+    kept = [(ts - T0, v) for ts, fam, _, v in m.finish() if fam == sig.NIC_CNP_SENT]
+    assert kept == [(0, 100), (15, 115), (30, 130), (60, 160), (75, 175)]
+    assert m.dropped == {"stale_repeat": 1}
+
+
+def test_repeats_of_a_quiet_counter_or_a_real_pause_in_events_are_kept() -> None:
+    # Quiet (its step before the repeat is 0), then a storm: every sample stays.
+    quiet = [100.0, 100.0, 100.0, 400.0, 700.0]
+    assert [v for _, v in _values(quiet)] == quiet
+    # Events stop for a sample and come back at the same pace: kept too.
+    pause = [100.0, 115.0, 130.0, 130.0, 145.0, 160.0]
+    assert [v for _, v in _values(pause)] == pause
+    # A repeat at the end: nothing says it was stale.
+    end = [100.0, 115.0, 130.0, 130.0]
+    assert [v for _, v in _values(end)] == end
