@@ -229,6 +229,38 @@ def test_slow_nvme_with_counters_in_alternate_scrapes_is_slow_storage() -> None:
     assert _verdicts(incs) == [("storage_latency", "storage:nvme0n1")], [i.summary for i in incs]
 
 
+def test_a_latency_refreshed_every_other_scrape_is_read_past_its_partial_sample() -> None:
+    # 10 s scrapes, disk latency every 20 s (write time and count refreshed
+    # in alternate scrapes: cross-check seed 17032). The latency sample just
+    # before the onset covers 20 s, mostly before the GPUs stopped: it is no
+    # sample "after the onset", and the window reaches on to the second
+    # that is, where latency is 20x its baseline (it read 9x on the first).
+    onset = 2010.0
+
+    def disk(t: float, out: list[Sample]) -> None:
+        ts = t + 8.3  # node_exporter's scrape offset
+        if round(t) % 20 != 10:  # at 2018.3, 2038.3, ...: around the first idle sample (2020.1)
+            return
+        slow = max(0.0, min(ts, 3600.0) - max(ts - 20.0, onset)) / 20.0
+        out.append((T0 + ts, sig.ST_WRITE_LAT, ("nvme0n1",), 0.2e-3 * (1 + 19 * slow)))
+
+    incs = replay(node(10.0, 3600, (onset, onset + 120.0), extra=disk))
+    assert _verdicts(incs) == [("storage_latency", "storage:nvme0n1")], [i.summary for i in incs]
+
+
+def test_the_generators_storms_and_latencies_after_a_sparse_sample_are_found() -> None:
+    # 18036: a switch PFC storm at 10 s, a scrape missed and one served
+    # stale at its onset; 17032: slow NVMe on a noisy node whose disk
+    # counters refresh in alternate scrapes.
+    for seed, scenario, variant in (
+        (18036, "pfc_switch", "missing_family"),
+        (17032, "slowstore_nvme", "noisy"),
+    ):
+        trace, incs = _replay_trace(seed, scenario, variant, 10.0)
+        (truth,) = trace.truth
+        assert _verdicts(incs) == [(truth.cause, truth.culprits[0])], [i.summary for i in incs]
+
+
 def test_a_write_burst_scraped_just_before_a_one_poll_dip_opens_no_checkpoint() -> None:
     # 1 s samples: an evaluation pause with a background write burst on
     # another disk; node_exporter's scrape sees the burst before
