@@ -449,3 +449,12 @@ def test_a_burst_on_a_configured_checkpoint_path_opens_on_the_second_sample() ->
         ("checkpoint_write", "storage:ckpt")
     ]
     assert opened[0].at - T0 - 2000.05 < 2.5
+
+
+def test_a_beat_of_a_slow_rhythm_with_an_ecn_burst_is_no_slowdown() -> None:
+    # 11015 (two_jobs, 5 s): the second job's power beat 20 % low while its
+    # traffic held, with an ECN burst on its port; only the checkpoint is real.
+    trace, incs = _replay_trace(11015, "checkpoint_nvme", "two_jobs", 5.0)
+    assert any(c.what == "ecn_burst_other" for c in trace.confounders)
+    (truth,) = trace.truth
+    assert _verdicts(incs) == [(truth.cause, truth.culprits[0])], [i.summary for i in incs]
