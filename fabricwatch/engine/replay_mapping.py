@@ -918,6 +918,19 @@ def _without_stale_counts(samples: list[Sample]) -> list[Sample]:
 _Item = TypeVar("_Item")
 
 
+def _made_up_for(
+    before: tuple[float, float, float, float], repeat: float, after: tuple[float, float]
+) -> bool:
+    """Whether a counter's repeated value at ``repeat`` was a stale sample: the
+    counter moved over ``before`` (t0, v0, t1, v1) and its step to ``after``
+    (ts, value) is at least 1.5 times that, per second (see :class:`_StaleRepeats`)."""
+    t0, v0, t1, v1 = before
+    ts, value = after
+    if not (t1 > t0 and ts > repeat and v1 > v0):
+        return False
+    return (value - v1) / (ts - repeat) >= 1.5 * (v1 - v0) / (t1 - t0)
+
+
 class _StaleRepeats(Generic[_Item]):
     """Counter values repeated for one sample between moving ones whose next
     step makes up for it (at least 1.5 times the step before it, per
@@ -934,7 +947,7 @@ class _StaleRepeats(Generic[_Item]):
 
     def __init__(self) -> None:
         self._prev: dict[Hashable, tuple[float, float, float, float]] = {}
-        self._pending: dict[Hashable, tuple[float, float, _Item]] = {}
+        self._pending: dict[Hashable, tuple[float, _Item]] = {}
         self.dropped = 0
 
     def push(self, key: Hashable, ts: float, value: float, item: _Item) -> list[_Item]:
@@ -943,30 +956,27 @@ class _StaleRepeats(Generic[_Item]):
         if prev is None:
             self._prev[key] = (math.nan, math.nan, ts, value)
             return [item]
-        t0, v0, t1, v1 = prev
         out: list[_Item] = []
         pending = self._pending.pop(key, None)
         if pending is not None:
-            tr, vr, held = pending
-            before = (v1 - v0) / (t1 - t0) if t1 > t0 else 0.0
-            after = (value - vr) / (ts - tr) if ts > tr else 0.0
-            if before > 0 and after >= 1.5 * before:
+            repeat, held = pending
+            if _made_up_for(prev, repeat, (ts, value)):
                 self.dropped += 1
-                self._prev[key] = (t1, v1, ts, value)
+                self._prev[key] = (prev[2], prev[3], ts, value)
                 return [item]
             out.append(held)
-            t0, v0, t1, v1 = t1, v1, tr, vr
-        if value == v1 and v1 > v0:
-            self._pending[key] = (ts, value, item)
-            self._prev[key] = (t0, v0, t1, v1)
+            prev = (prev[2], prev[3], repeat, prev[3])
+        if value == prev[3] and prev[3] > prev[1]:
+            self._pending[key] = (ts, item)
+            self._prev[key] = prev
             return out
-        self._prev[key] = (t1, v1, ts, value)
+        self._prev[key] = (prev[2], prev[3], ts, value)
         out.append(item)
         return out
 
     def flush(self) -> list[_Item]:
         """The repeats still waiting for a next sample: kept."""
-        out = [held for _, _, held in self._pending.values()]
+        out = [held for _, held in self._pending.values()]
         self._pending.clear()
         return out
 
@@ -975,21 +985,43 @@ def _without_stale_repeats(
     samples: list[Sample], own: Collection[tuple[str, tuple[str, ...]]]
 ) -> tuple[list[Sample], int]:
     """``samples`` (sorted by time) without the stale repeats of counters
-    (:class:`_StaleRepeats`), except in the daemon's own export (``own``:
-    replayed as the engine read it live). Returns them and how many were dropped."""
-    found: _StaleRepeats[int] = _StaleRepeats()
-    keep = bytearray(len(samples))
+    (:class:`_StaleRepeats`, inlined: this runs once per counter sample of a
+    replay), except in the daemon's own export (``own``: replayed as the
+    engine read it live). Returns them and how many were dropped."""
+    # Per series: [t0, v0, t1, v1, index of a pending repeat or -1]; None: own.
+    last: dict[tuple[str, tuple[str, ...]], list[float] | None] = {}
+    drop: list[int] = []
+    counters = _COUNTER_FAMILIES
     for i, (ts, fam, labels, value) in enumerate(samples):
-        if fam not in _COUNTER_FAMILIES or (fam, labels) in own:
-            keep[i] = 1
+        if fam not in counters:
             continue
-        for j in found.push((fam, labels), ts, value, i):
-            keep[j] = 1
-    for j in found.flush():
-        keep[j] = 1
-    if not found.dropped:
+        key = (fam, labels)
+        st = last.get(key, _NEW)
+        if st is None:
+            continue
+        if st is _NEW:
+            last[key] = None if key in own else [math.nan, math.nan, ts, value, -1.0]
+            continue
+        if st[4] >= 0:
+            repeat = int(st[4])
+            st[4] = -1.0
+            if _made_up_for((st[0], st[1], st[2], st[3]), samples[repeat][0], (ts, value)):
+                drop.append(repeat)
+                st[0], st[1], st[2], st[3] = st[2], st[3], ts, value
+                continue
+            st[0], st[1], st[2] = st[2], st[3], samples[repeat][0]
+        if value == st[3] and st[3] > st[1]:
+            st[4] = float(i)
+            continue
+        st[0], st[1], st[2], st[3] = st[2], st[3], ts, value
+    if not drop:
         return samples, 0
-    return list(itertools.compress(samples, keep)), found.dropped
+    gone = set(drop)
+    return [x for i, x in enumerate(samples) if i not in gone], len(gone)
+
+
+_NEW: list[float] = []
+"""Marks a series not seen yet in :func:`_without_stale_repeats`."""
 
 
 _NIC_FAMILIES = frozenset(

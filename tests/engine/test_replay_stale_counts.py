@@ -12,10 +12,11 @@ as an ``ecn_congestion`` slowdown. Replay drops such a value; a reset or a
 from __future__ import annotations
 
 import io
+import random
 
 from fabricwatch.engine import signals as sig
 from fabricwatch.engine import tracegen as tg
-from fabricwatch.engine.replay_mapping import Mapper
+from fabricwatch.engine.replay_mapping import Mapper, Sample
 from fabricwatch.engine.replay_openmetrics import parse_openmetrics
 
 from .conftest import replay_plan
@@ -95,3 +96,43 @@ def test_repeats_of_a_quiet_counter_or_a_real_pause_in_events_are_kept() -> None
     # A repeat at the end: nothing says it was stale.
     end = [100.0, 115.0, 130.0, 130.0]
     assert [v for _, v in _values(end)] == end
+
+
+def test_the_streaming_and_the_batch_filter_keep_the_same_samples() -> None:
+    # Pause-time counters are filtered as they come (_StaleRepeats), the
+    # other counters in one pass at the end (_without_stale_repeats, the
+    # same rule inlined): on random counters with repeats, resets and
+    # uneven spacing both keep the same samples.
+    from fabricwatch.engine.replay_mapping import (
+        _COUNTER_FAMILIES,
+        _StaleRepeats,
+        _without_stale_repeats,
+    )
+
+    fams = [sig.NIC_ECN, sig.NIC_PFC_FRAMES, sig.GPU_SM]
+    for trial in range(200):
+        r = random.Random(trial)
+        samples: list[Sample] = []
+        for s in range(4):
+            v = t = 0.0
+            for _ in range(60):
+                t += r.choice((1.0, 1.0, 2.0))
+                mode = r.random()
+                if 0.2 <= mode < 0.25:
+                    v *= 0.5
+                elif mode >= 0.25:
+                    v += r.choice((0, 5, 10, 20))
+                samples.append((t + 0.01 * s, fams[s % 3], (str(s),), v))
+        samples.sort(key=lambda x: x[0])
+        own = {(fams[0], ("3",))} if trial % 2 else set()
+        batch, dropped = _without_stale_repeats(samples, own)
+        found: _StaleRepeats[int] = _StaleRepeats()
+        kept: list[int] = []
+        for i, (ts, fam, labels, value) in enumerate(samples):
+            if fam not in _COUNTER_FAMILIES or (fam, labels) in own:
+                kept.append(i)
+            else:
+                kept += found.push((fam, labels), ts, value, i)
+        kept += found.flush()
+        assert [samples[i] for i in sorted(kept)] == batch, trial
+        assert found.dropped == dropped, trial
