@@ -512,11 +512,17 @@ class Engine:
                 and not (work is not None and work.rose())
             )
             # An iteration that takes longer moves its bytes over more time:
-            # where the GPU's traffic is known, a slowdown lowers it. Less
-            # work with the same traffic is no lost iteration (the work
-            # signal of a rhythm sampled near its own period beats by 20 %:
-            # cross-check seed 11015, power at 5 s, a 10 s iteration).
-            by_work = work is not None and work.fell(limit) and traffic is None
+            # where the GPU's traffic is known, a slowdown lowers it, if by
+            # less than its noise (noisy sampling): the work signal may then
+            # show it clearer. Less work with the same traffic (within
+            # _MIN_DROP) is no lost iteration (the work signal of a rhythm
+            # sampled near its own period beats by 20 %: cross-check seed
+            # 11015, power at 5 s, a 10 s iteration).
+            by_work = (
+                work is not None
+                and work.fell(limit)
+                and (traffic is None or traffic.ratio < 1.0 - _MIN_DROP)
+            )
             if by_traffic or by_work:
                 out.append(g)
                 if (by_traffic and traffic is not None and traffic.fell_clearly(limit)) or (
