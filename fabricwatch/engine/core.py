@@ -126,6 +126,8 @@ class _Episode:
     # Whether the stall began inside the sample before its dated onset (see
     # GpuState.began_inside): the evidence window reaches back one more sample.
     began_inside: bool = False
+    # Whether the onset is a partial sample's time (GpuState.dated_back).
+    dated_back: bool = False
     # Each GPU's job-mates (job labels live, co-activity in replay).
     peers: Mapping[str, frozenset[str]] | None = None
     # Which job's port each port is, from the same baseline (two jobs only).
@@ -744,21 +746,22 @@ class Engine:
 
         SM activity slower than the tick is an average over its sample: the
         first one under ``idle_sm_ratio`` had the GPUs idle for almost all
-        of the sample before its time, the stall's onset (or before the
-        partial sample it is dated back to). An event is first seen on the
-        first sample after it, so one first seen after the onset (plus a
-        tenth of a sample of scrape jitter) happened inside that idle
+        of the sample before its time, the stall's onset. An event is first
+        seen on the first sample after it, so one first seen after the onset
+        (plus a tenth of a sample of scrape jitter) happened inside that idle
         sample or later: secondary, whatever its score (cross-check seed
         16055: an XID stalled the job at 15 s samples, a link flap 15 s
-        later, seen a sample after the onset, took the incident over). At
-        the tick's pace, and on other work signals (power, utilization:
-        not averages over the whole sample), the usual bounds hold."""
+        later, seen a sample after the onset, took the incident over). An
+        onset dated back to the partial sample the stall began in is that
+        sample's end, idle only for part of it: a sample later. At the
+        tick's pace, and on other work signals (power, utilization: not
+        averages over the whole sample), the usual bounds hold."""
         if ep.kind != "stall" or not self.spacing > 2.0 * self.tick_s:
             return math.inf
         gpus = [self.detector.gpus.get(g) for g in ep.gpus]
         if not gpus or any(g is None or g.signal != "sm_active" for g in gpus):
             return math.inf
-        return ep.onset + 0.1 * self.spacing
+        return ep.onset + (1.1 if ep.dated_back else 0.1) * self.spacing
 
     def _step_stall(
         self,
@@ -782,6 +785,7 @@ class Engine:
             onset = self._stall_onset(bad)
             ep = _Episode("stall", onset, now, run_onset=onset)
             ep.began_inside = any(g.began_inside and g.idle_since == onset for g in bad)
+            ep.dated_back = any(g.dated_back and g.idle_since == onset for g in bad)
         elif ep.broken_at is not None:
             self._rejoin(ep, min(g.idle_since for g in bad))
         lost = dt * len(bad)

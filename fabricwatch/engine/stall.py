@@ -56,6 +56,9 @@ class GpuState:
     # (that sample read under half the GPU's normal work): the stall is older
     # than its dated onset by up to a sample.
     began_inside: bool = False
+    # Whether ``idle_since`` was dated back to that sample (slower than the
+    # tick): the GPU was idle for part of the interval before it only.
+    dated_back: bool = False
 
     @property
     def stalled(self) -> bool:
@@ -262,7 +265,8 @@ class StallDetector:
                 and before < 0.5 * base
                 and ts - before_ts <= 1.5 * sp
             )
-            if st.began_inside and sp > 2 * self._tick:
+            st.dated_back = st.began_inside and sp > 2 * self._tick
+            if st.dated_back:
                 st.idle_since = before_ts
                 st.began_inside = False
         st.idle = idle

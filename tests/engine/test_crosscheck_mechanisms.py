@@ -164,6 +164,18 @@ def test_a_link_flap_inside_the_first_idle_sample_does_not_take_over_an_xid_stal
         assert late and all(t.startswith("after the onset") for t in late), (spacing, late)
 
 
+def test_a_link_down_inside_the_partial_sample_a_stall_is_dated_to_is_its_cause() -> None:
+    # The job hangs 9 s into a 15 s sample (it reads 40 % of its work) as a
+    # link goes down; its onset is dated back to that sample's end. The GPUs
+    # were idle for part of that sample only, so the link, scraped after the
+    # onset, can have stalled them: the cause, not secondary.
+    spacing = 15.0
+    hang = 2001.0  # inside the sample ending at 2010
+    faults = _scraped_flap(hang + 0.5, 0.4 * spacing, 12 * spacing)
+    incs = replay(node(spacing, 3600, (hang, hang + 12 * spacing), extra=faults))
+    assert _verdicts(incs) == [("link_down", "nic:mlx5_2:1")], [i.summary for i in incs]
+
+
 def test_a_link_flap_before_the_stall_scraped_late_is_still_its_cause() -> None:
     # The counterpart, with the same late NIC scrape: the link went down in
     # the last compute phase and shows on a scrape before the first idle
