@@ -520,8 +520,7 @@ class Mapper:
         self._own: set[tuple[str, tuple[str, ...]]] = set()
         # Pause-time counters become ratios as they come: their stale
         # repeats are found on the way (the other counters' in finish()).
-        self._stale: _StaleRepeats[tuple[Hashable, float, float]] = _StaleRepeats()
-        self._us_targets: dict[Hashable, Target] = {}
+        self._stale: _StaleRepeats[tuple[Target, Hashable, float, float]] = _StaleRepeats()
         self._dcgm_seen = False
         self._ifspeed_seen = False
         self._carrier_seen = False
@@ -579,9 +578,8 @@ class Mapper:
             if source.startswith("fabricwatch_"):
                 self._us_ratio(target, series, ts, value)
             else:
-                self._us_targets[series] = target
-                for k, t, v in self._stale.push(series, ts, value, (series, ts, value)):
-                    self._us_ratio(target, k, t, v)
+                for kept in self._stale.push(series, ts, value, (target, series, ts, value)):
+                    self._us_ratio(*kept)
         elif tr == "last_xid":
             self._xid(target, ts, value)
         elif tr == "power_info":
@@ -765,8 +763,8 @@ class Mapper:
                 self.out.append((ts, sig.ST_WRITE_LAT, (device,), lat))
         self._disk.clear()
         self._finish_mig()
-        for key, ts, value in self._stale.flush():
-            self._us_ratio(self._us_targets[key], key, ts, value)
+        for kept in self._stale.flush():
+            self._us_ratio(*kept)
         self._finish_xmit_wait()
         periods = self._refresh_periods()
         self._finish_integrate(periods)
@@ -985,43 +983,21 @@ def _without_stale_repeats(
     samples: list[Sample], own: Collection[tuple[str, tuple[str, ...]]]
 ) -> tuple[list[Sample], int]:
     """``samples`` (sorted by time) without the stale repeats of counters
-    (:class:`_StaleRepeats`, inlined: this runs once per counter sample of a
-    replay), except in the daemon's own export (``own``: replayed as the
-    engine read it live). Returns them and how many were dropped."""
-    # Per series: [t0, v0, t1, v1, index of a pending repeat or -1]; None: own.
-    last: dict[tuple[str, tuple[str, ...]], list[float] | None] = {}
-    drop: list[int] = []
-    counters = _COUNTER_FAMILIES
+    (:class:`_StaleRepeats`), except in the daemon's own export (``own``:
+    replayed as the engine read it live). Returns them and how many were dropped."""
+    found: _StaleRepeats[int] = _StaleRepeats()
+    keep = bytearray(len(samples))
     for i, (ts, fam, labels, value) in enumerate(samples):
-        if fam not in counters:
+        if fam not in _COUNTER_FAMILIES or (fam, labels) in own:
+            keep[i] = 1
             continue
-        key = (fam, labels)
-        st = last.get(key, _NEW)
-        if st is None:
-            continue
-        if st is _NEW:
-            last[key] = None if key in own else [math.nan, math.nan, ts, value, -1.0]
-            continue
-        if st[4] >= 0:
-            repeat = int(st[4])
-            st[4] = -1.0
-            if _made_up_for((st[0], st[1], st[2], st[3]), samples[repeat][0], (ts, value)):
-                drop.append(repeat)
-                st[0], st[1], st[2], st[3] = st[2], st[3], ts, value
-                continue
-            st[0], st[1], st[2] = st[2], st[3], samples[repeat][0]
-        if value == st[3] and st[3] > st[1]:
-            st[4] = float(i)
-            continue
-        st[0], st[1], st[2], st[3] = st[2], st[3], ts, value
-    if not drop:
+        for j in found.push((fam, labels), ts, value, i):
+            keep[j] = 1
+    for j in found.flush():
+        keep[j] = 1
+    if not found.dropped:
         return samples, 0
-    gone = set(drop)
-    return [x for i, x in enumerate(samples) if i not in gone], len(gone)
-
-
-_NEW: list[float] = []
-"""Marks a series not seen yet in :func:`_without_stale_repeats`."""
+    return list(itertools.compress(samples, keep)), found.dropped
 
 
 _NIC_FAMILIES = frozenset(

@@ -437,7 +437,8 @@ def test_a_checkpoint_of_three_samples_opens_on_its_third() -> None:
         # Where two samples are min_duration already (15-30 s), on the second.
         latency = (opened[0].at - T0 - start) / spacing
         assert latency < 3.5, spacing
-        assert latency > 2.0 or spacing >= EngineSettings().min_duration, spacing
+        # Past the second idle sample's tick (2.0-2.3 samples after the start).
+        assert latency > 2.5 or spacing >= EngineSettings().min_duration, spacing
 
 
 def test_the_generators_evaluation_pauses_with_write_bursts_open_no_checkpoint() -> None:

@@ -12,11 +12,10 @@ as an ``ecn_congestion`` slowdown. Replay drops such a value; a reset or a
 from __future__ import annotations
 
 import io
-import random
 
 from fabricwatch.engine import signals as sig
 from fabricwatch.engine import tracegen as tg
-from fabricwatch.engine.replay_mapping import Mapper, Sample
+from fabricwatch.engine.replay_mapping import Mapper
 from fabricwatch.engine.replay_openmetrics import parse_openmetrics
 
 from .conftest import replay_plan
@@ -98,41 +97,15 @@ def test_repeats_of_a_quiet_counter_or_a_real_pause_in_events_are_kept() -> None
     assert [v for _, v in _values(end)] == end
 
 
-def test_the_streaming_and_the_batch_filter_keep_the_same_samples() -> None:
-    # Pause-time counters are filtered as they come (_StaleRepeats), the
-    # other counters in one pass at the end (_without_stale_repeats, the
-    # same rule inlined): on random counters with repeats, resets and
-    # uneven spacing both keep the same samples.
-    from fabricwatch.engine.replay_mapping import (
-        _COUNTER_FAMILIES,
-        _StaleRepeats,
-        _without_stale_repeats,
-    )
-
-    fams = [sig.NIC_ECN, sig.NIC_PFC_FRAMES, sig.GPU_SM]
-    for trial in range(200):
-        r = random.Random(trial)
-        samples: list[Sample] = []
-        for s in range(4):
-            v = t = 0.0
-            for _ in range(60):
-                t += r.choice((1.0, 1.0, 2.0))
-                mode = r.random()
-                if 0.2 <= mode < 0.25:
-                    v *= 0.5
-                elif mode >= 0.25:
-                    v += r.choice((0, 5, 10, 20))
-                samples.append((t + 0.01 * s, fams[s % 3], (str(s),), v))
-        samples.sort(key=lambda x: x[0])
-        own = {(fams[0], ("3",))} if trial % 2 else set()
-        batch, dropped = _without_stale_repeats(samples, own)
-        found: _StaleRepeats[int] = _StaleRepeats()
-        kept: list[int] = []
-        for i, (ts, fam, labels, value) in enumerate(samples):
-            if fam not in _COUNTER_FAMILIES or (fam, labels) in own:
-                kept.append(i)
-            else:
-                kept += found.push((fam, labels), ts, value, i)
-        kept += found.flush()
-        assert [samples[i] for i in sorted(kept)] == batch, trial
-        assert found.dropped == dropped, trial
+def test_a_stale_repeat_of_a_pause_time_counter_is_dropped_on_the_way() -> None:
+    # Pause time becomes a ratio as it is read: a stale repeat of the
+    # microseconds paused read 0 % and then 100 % (192 %, capped) of a storm
+    # at 96 %; without it every interval reads 96 %.
+    name = 'cpfcIfPriorityWaitRx{switch="leaf1",ifName="Ethernet48",cpfcIfPriorityWaitCoS="3"}'
+    values = [0.0, 9.6e6, 19.2e6, 19.2e6, 38.4e6, 48.0e6]
+    text = "".join(f"{name} {v!r} {T0 + 10 * k}\n" for k, v in enumerate(values))
+    m = Mapper()
+    parse_openmetrics(io.StringIO(text + "# EOF\n"), m)
+    ratios = [(ts - T0, round(v, 3)) for ts, fam, _, v in m.finish() if fam == sig.SW_PFC_RATIO]
+    assert ratios == [(10, 0.96), (20, 0.96), (40, 0.96), (50, 0.96)]
+    assert m.dropped == {"stale_repeat": 1}
