@@ -75,6 +75,8 @@ _RHYTHM_SWING = 0.2
 # The least drop of a job's throughput or work over its own history that is
 # a slowdown, however steady the history.
 _MIN_DROP = 0.05
+# Counters every node_exporter-style scrape refreshes: the node's scrape spacing.
+_SCRAPE_FAMILIES = (sig.NIC_TX_BYTES, sig.ST_WRITE_BYTES, sig.SW_TX_BYTES, sig.NIC_ECN)
 
 # The order metric series are written in (the causes as they were listed
 # before the enumeration, so the exposition stays byte for byte the same).
@@ -126,8 +128,8 @@ class _Episode:
     # Whether the stall began inside the sample before its dated onset (see
     # GpuState.began_inside): the evidence window reaches back one more sample.
     began_inside: bool = False
-    # Whether the onset is a partial sample's time (GpuState.dated_back).
-    dated_back: bool = False
+    # Seconds the onset lies before its first idle sample (GpuState.dated_back).
+    dated_back: float = 0.0
     # Each GPU's job-mates (job labels live, co-activity in replay).
     peers: Mapping[str, frozenset[str]] | None = None
     # Which job's port each port is, from the same baseline (two jobs only).
@@ -602,7 +604,22 @@ class Engine:
         if eff is None:
             eff = self._scaled[sp] = self.settings.at_spacing(sp, self.tick_s)
         self._eff = eff
-        self.detector.retune(eff, sp)
+        self.detector.retune(eff, sp, self._scrape_spacing())
+
+    def _scrape_spacing(self) -> float:
+        """The node's scrape spacing, read off its non-GPU counters (NIC,
+        storage, switch: median over a few series; NaN without any), as
+        quantized as :attr:`spacing`. An exporter may refresh GPU metrics
+        slower than the node is scraped, so this can be finer than it."""
+        found: list[float] = []
+        for fam in _SCRAPE_FAMILIES:
+            for series in self.store.family(fam)[:2]:
+                sp = sig.spacing(series)
+                if not math.isnan(sp):
+                    found.append(sp)
+        if not found:
+            return math.nan
+        return max(self.tick_s, round(sig.median(found) * 4) / 4)
 
     def _lead(self, onset: float) -> float:
         """One iteration of the job's rhythm plus one sample (at least ``onset_lead``)."""
@@ -753,15 +770,19 @@ class Engine:
         16055: an XID stalled the job at 15 s samples, a link flap 15 s
         later, seen a sample after the onset, took the incident over). An
         onset dated back to the partial sample the stall began in is that
-        sample's end, idle only for part of it: a sample later. At the
-        tick's pace, and on other work signals (power, utilization: not
-        averages over the whole sample), the usual bounds hold."""
+        sample's end, idle only for part of it: a sample later; one dated
+        back by the scrape window of SM activity refreshed slower than the
+        scrape is that window's start, and an event seen on the first idle
+        sample, on a series refreshed as slowly, may have come in the
+        refresh interval before the window. At the tick's pace, and on
+        other work signals (power, utilization: not averages over the
+        whole sample), the usual bounds hold."""
         if ep.kind != "stall" or not self.spacing > 2.0 * self.tick_s:
             return math.inf
         gpus = [self.detector.gpus.get(g) for g in ep.gpus]
         if not gpus or any(g is None or g.signal != "sm_active" for g in gpus):
             return math.inf
-        return ep.onset + (1.1 if ep.dated_back else 0.1) * self.spacing
+        return ep.onset + ep.dated_back + 0.1 * self.spacing
 
     def _step_stall(
         self,
@@ -780,12 +801,14 @@ class Engine:
                 for g in self.detector.gpus.values()
                 if g.idle and now - g.last_sample <= max(self.tick_s, self.spacing)
             ]
+            if ep is not None and ep.live is not None and ep.broken_at is None:
+                self._name_at_resumption(ep, ep.live, now, out)
             return self._quiet(ep, "stall", now)
         if ep is None:
             onset = self._stall_onset(bad)
             ep = _Episode("stall", onset, now, run_onset=onset)
             ep.began_inside = any(g.began_inside and g.idle_since == onset for g in bad)
-            ep.dated_back = any(g.dated_back and g.idle_since == onset for g in bad)
+            ep.dated_back = max((g.dated_back for g in bad if g.idle_since == onset), default=0.0)
         elif ep.broken_at is not None:
             self._rejoin(ep, min(g.idle_since for g in bad))
         lost = dt * len(bad)
@@ -814,6 +837,34 @@ class Engine:
         ):
             self._open(ep, attr, missing, bad, now=now, out=out)
         return ep
+
+    def _name_at_resumption(
+        self, ep: _Episode, live: _Live, now: float, out: list[IncidentTransition]
+    ) -> None:
+        """Re-score a stall still ``unknown`` on the tick its GPUs work again.
+
+        A counter refreshed slower than the scrape (dcgm-exporter's NVLink
+        error counters on its own interval) may show the stall's interval
+        on one sample only before the GPUs resume, and no more than one
+        until the samples that come with the resumption: those can name
+        the cause the incident lacked. They never overturn a cause already
+        named (a storm whose end let the GPUs resume reads gone on them)."""
+        inc = live.incident
+        if inc.cause is not Cause.UNKNOWN:
+            return
+        attr, missing = self._score(ep, now)
+        if attr.cause is Cause.UNKNOWN:
+            return
+        inc = replace(
+            inc,
+            cause=attr.cause,
+            culprit=attr.culprit,
+            confidence=attr.confidence,
+            evidence=attr.evidence[:10],
+            missing=missing,
+        )
+        live.incident = self._revise(self._with_cost(inc), now)
+        out.append(IncidentTransition("updated", self._wall(now), live.incident))
 
     def _outlasted_dips(self, attr: Attribution, duration: float) -> bool:
         """Whether a stall seen for ``duration`` has outlasted the dips that

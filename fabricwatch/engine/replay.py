@@ -50,6 +50,9 @@ class Spacing:
     # NaN without any: an exporter that refreshes them slower than it is
     # scraped (dcgm-exporter's own interval) spaces them wider than the rest.
     gpu_work: float = math.nan
+    # Whether any GPU reports SM activity (a window average; power and
+    # utilization are not read as one).
+    sm_active: bool = True
 
     def warning(self, settings: EngineSettings) -> str:
         """What this spacing hides from the engine, or ''.
@@ -61,11 +64,19 @@ class Spacing:
         m = self.median
         g = self.gpu_work
         if g > 1.25 * m and 2.0 * g > settings.min_duration:
+            # One idle refresh is a stall where its scrape window outlasts
+            # min_duration (StallDetector: the window of a slow-refresh SM
+            # sample); else it takes two, or one with strong evidence.
+            hidden = (
+                f"stalls shorter than a refresh and a scrape ({g + m:g} s) may not be seen"
+                if m >= settings.min_duration and self.sm_active
+                else f"stalls shorter than two of its refreshes ({2.0 * g:g} s) may not "
+                "be seen unless strong evidence comes with them"
+            )
             return (
                 f"GPU work samples are {g:g} s apart, other series {m:g} s: the "
                 f"exporter refreshes GPU metrics slower than it is scraped (held "
-                f"repeats are no samples), so stalls shorter than two of its "
-                f"refreshes ({2.0 * g:g} s) cannot be seen"
+                f"repeats are no samples), so {hidden}"
                 + (
                     ""
                     if g <= MAX_SPACING
@@ -97,18 +108,21 @@ def sample_spacing(samples: Sequence[Sample], limit: int = 200_000) -> Spacing |
     per_series: list[float] = []
     gpu_work: list[float] = []
     work = sig.FAMILY_GROUPS["gpu_work"]
+    sm_active = False
     for (family, _), seq in times.items():
         steps = [b - a for a, b in pairwise(seq) if b > a]
         if steps:
             per_series.append(sig.median(steps))
             if family in work:
                 gpu_work.append(per_series[-1])
+                sm_active = sm_active or family == sig.GPU_SM
     if not per_series:
         return None
     return Spacing(
         round(sig.median(per_series), 3),
         len(per_series),
         round(sig.median(gpu_work), 3) if gpu_work else math.nan,
+        sm_active,
     )
 
 

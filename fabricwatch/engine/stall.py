@@ -56,9 +56,11 @@ class GpuState:
     # (that sample read under half the GPU's normal work): the stall is older
     # than its dated onset by up to a sample.
     began_inside: bool = False
-    # Whether ``idle_since`` was dated back to that sample (slower than the
-    # tick): the GPU was idle for part of the interval before it only.
-    dated_back: bool = False
+    # Seconds ``idle_since`` was dated back before the first idle sample
+    # (slower than the tick; 0: not): to the sample before it, idle for
+    # part of its interval only, or by the scrape window an SM sample of
+    # a slow-refresh exporter averages over.
+    dated_back: float = 0.0
 
     @property
     def stalled(self) -> bool:
@@ -108,6 +110,9 @@ class StallDetector:
         self.gpus: dict[str, GpuState] = {}
         self._seen: tuple[Series, ...] = ()
         self._spacing = 1.0
+        # The node's scrape spacing (NaN where unknown): the shortest window
+        # an exporter's SM-activity sample averages over.
+        self._window = math.nan
         self._order: list[tuple[GpuState, _Handles]] = []
         # The node's idle draw: the lowest power of a GPU seen idle by a rule
         # that does not depend on it (SM activity, or power under
@@ -265,10 +270,21 @@ class StallDetector:
                 and before < 0.5 * base
                 and ts - before_ts <= 1.5 * sp
             )
-            st.dated_back = st.began_inside and sp > 2 * self._tick
-            if st.dated_back:
+            st.dated_back = 0.0
+            if st.began_inside and sp > 2 * self._tick:
+                st.dated_back = ts - before_ts
                 st.idle_since = before_ts
                 st.began_inside = False
+            elif signal == "sm_active" and min(sp, ts - before_ts) > 1.5 * self._window:
+                # An exporter that refreshes SM activity slower than it is
+                # scraped (dcgm-exporter's own interval): an idle sample
+                # averages at least one scrape's window, and its next one
+                # may come after the stall has ended, so that window is
+                # part of the stall as seen. At the scrape's pace the next
+                # sample is one window away and one idle sample is not
+                # relied on.
+                st.dated_back = self._window
+                st.idle_since = ts - self._window
         st.idle = idle
         st.recent.append(work)
 
@@ -321,10 +337,12 @@ class StallDetector:
         alpha = self._tick / (600.0 if slow else 60.0)
         return baseline + alpha * (work - baseline)
 
-    def retune(self, settings: EngineSettings, spacing: float) -> None:
-        """Use ``settings`` (the engine's, scaled to the observed ``spacing``) from now on."""
+    def retune(self, settings: EngineSettings, spacing: float, window: float = math.nan) -> None:
+        """Use ``settings`` (the engine's, scaled to the observed ``spacing``)
+        from now on; ``window``: the node's scrape spacing, where known."""
         self._s = settings
         self._spacing = spacing
+        self._window = window
 
     def spacing(self) -> float:
         """Observed sample spacing of the GPUs' work signals (median over GPUs;

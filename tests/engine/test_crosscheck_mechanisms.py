@@ -13,6 +13,8 @@ from __future__ import annotations
 import io
 from collections.abc import Callable
 
+import pytest
+
 from bench import crosscheck_traces as gen
 from fabricwatch.engine import signals as sig
 from fabricwatch.engine.incidents import Incident
@@ -471,3 +473,59 @@ def test_a_beat_of_a_slow_rhythm_with_an_ecn_burst_is_no_slowdown() -> None:
     assert any(c.what == "ecn_burst_other" for c in trace.confounders)
     (truth,) = trace.truth
     assert _verdicts(incs) == [(truth.cause, truth.culprits[0])], [i.summary for i in incs]
+
+
+# 1 + slow refresh: dcgm-exporter collecting every third scrape
+
+
+def _slow_dcgm(spacing: float, stall: tuple[float, float], *, scraped: bool) -> list[Sample]:
+    """``node`` with the GPU series as replay keeps them from an exporter
+    refreshing every third scrape (held repeats dropped), and, where
+    ``scraped``, a NIC port counter on every scrape."""
+    out: list[Sample] = []
+    for s in node(spacing, 3600, stall):
+        k = round((s[0] - T0 - 0.1) / spacing)
+        if k % 3 == 0:
+            out.append(s)
+        if scraped and s[1] == sig.GPU_SM and s[2] == ("0",):
+            out.append((s[0], sig.NIC_TX_BYTES, ("mlx5_0", "1"), 5e9 * k * spacing))
+    return sorted(out, key=lambda s: s[0])
+
+
+def test_a_hang_seen_on_one_refresh_of_slow_dcgm_data_is_an_incident() -> None:
+    # 15 s scrapes, GPU metrics refreshed every 45 s: a 50 s hang (over
+    # three scrapes) reads idle on one refresh only. That sample averages
+    # a whole scrape's window (15 s, over min_duration): a stall as seen.
+    incs = replay(_slow_dcgm(15.0, (2000, 2050), scraped=True))
+    assert [i.cause for i in incs] == ["unknown"], [i.summary for i in incs]
+    # Dated to the start of the idle sample's window, not to the refresh before it.
+    assert incs[0].onset - T0 == pytest.approx(2010.1)
+
+
+def test_one_idle_sample_at_the_scrapes_own_pace_is_still_no_stall() -> None:
+    # The same 15 s idle window where every scrape is new: its next sample
+    # is one window away, so one idle sample is not relied on.
+    samples = [
+        (ts, f, lab, 0.002 if f == sig.GPU_SM and round(ts - T0 - 0.1) == 2025 else v)
+        for ts, f, lab, v in node(15.0, 3600)
+    ]
+    assert [i.summary for i in replay(samples)] == []
+
+
+def test_a_checkpoint_seen_on_one_refresh_of_slow_dcgm_data_is_found() -> None:
+    # 12045: dcgm every 3 scrapes at 15 s; a 74 s checkpoint write covers one
+    # refresh's scrape window, the disk's burst four of its own samples.
+    trace, incs = _replay_trace(12045, "checkpoint_nvme", "standard", 15.0)
+    assert trace.params["slow_refresh"] == "dcgm every 3 scrapes"
+    (truth,) = trace.truth
+    assert _verdicts(incs) == [(truth.cause, truth.culprits[0])], [i.summary for i in incs]
+
+
+def test_nvlink_errors_refreshed_with_the_stall_name_it_when_the_gpus_resume() -> None:
+    # 14054: the CRC counter, refreshed with the rest of dcgm-exporter every
+    # 45 s, shows the burst on the one refresh inside the stall and again on
+    # the one that comes as the GPUs resume; only the second makes it two.
+    for seed, scenario, variant in ((14054, "nvlink_crc", "noisy"), (18054, "nvlink_crc", "ramp")):
+        trace, incs = _replay_trace(seed, scenario, variant, 15.0)
+        (truth,) = trace.truth
+        assert _verdicts(incs) == [(truth.cause, truth.culprits[0])], [i.summary for i in incs]

@@ -269,7 +269,15 @@ def test_gpu_metrics_refreshed_slower_than_scraped_are_named_in_the_warning() ->
     sp = sample_spacing(samples)
     assert sp is not None and sp.median == 15.0 and sp.gpu_work == 45.0
     text = sp.warning(EngineSettings())
-    assert "GPU work samples are 45 s apart" in text and "(90 s)" in text
+    assert "GPU work samples are 45 s apart" in text and "a scrape (60 s)" in text
+    # Scraped faster than min_duration, or without SM activity (power is no
+    # window average), one idle refresh is not enough by itself.
+    assert "two of its refreshes (15 s)" in Spacing(5.0, 10, 7.5).warning(EngineSettings())
+    no_sm = sample_spacing(
+        [(t, sig.GPU_POWER if f == sig.GPU_SM else f, lab, v) for t, f, lab, v in samples]
+    )
+    assert no_sm is not None and not no_sm.sm_active
+    assert "two of its refreshes (90 s)" in no_sm.warning(EngineSettings())
     # Without GPU series, refreshed with every scrape, or refreshed slower
     # but still seen within the minimum duration: the plain spacing rule.
     no_gpu = sample_spacing([s for s in samples if s[1] != sig.GPU_SM])
