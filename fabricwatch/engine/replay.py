@@ -331,7 +331,7 @@ def _gpu_state(engine: Engine) -> list[Any]:
     # was measured where the rhythm sets the throughput window.
     sparse = engine.spacing > engine.tick_s
     state.append(engine._comm_checked if sparse else None)
-    by_rhythm = engine._comm_window() == 4.0 * engine._rhythm_s
+    by_rhythm = engine._rhythm_s > 0  # whole iterations of it
     state.append((engine._rhythm_s, engine._rhythm_at if by_rhythm else None))
     return state
 

@@ -529,3 +529,28 @@ def test_nvlink_errors_refreshed_with_the_stall_name_it_when_the_gpus_resume() -
         trace, incs = _replay_trace(seed, scenario, variant, 15.0)
         (truth,) = trace.truth
         assert _verdicts(incs) == [(truth.cause, truth.culprits[0])], [i.summary for i in incs]
+
+
+def test_no_unknown_slowdown_from_a_pause_inside_its_window_without_ecn() -> None:
+    # Nodes without ECN/CNP counters and no fault: 12029 (5 s) has a 5.6 s
+    # evaluation pause on two samples of a 30 s window, 20059 (15 s) one of
+    # 5.7 s in a 60 s window of a 12 s iteration aliased by the samples.
+    # Each window's work fell by 5-15 %, nearly all of it in its lowest
+    # sample: no slower exchange, so no unknown slowdown.
+    for seed, spacing in ((12029, 5.0), (20059, 15.0)):
+        trace, incs = _replay_trace(seed, "none", "missing_family", spacing)
+        assert trace.truth == [] and "ib_ecn" in str(trace.params["missing"])
+        assert [i.summary for i in incs] == []
+
+
+def test_the_throughput_window_holds_whole_iterations_of_the_rhythm() -> None:
+    # 19002 (ramp, 1 s, power only): a 5.3 s iteration in a 30 s window is
+    # 5.7 iterations, and the part one it cuts made the window's NVLink mean
+    # beat 6 % under its history while storage latency ramped up before the
+    # stall: a "slowdown" of a steady job, attributed to that latency. The
+    # window is six whole iterations: only the stall is left.
+    trace, incs = _replay_trace(19002, "slowstore_nvme", "ramp", 1.0)
+    (truth,) = trace.truth
+    assert [(i.kind, i.cause, i.culprit.key) for i in incs] == [
+        ("stall", truth.cause, truth.culprits[0])
+    ], [i.summary for i in incs]

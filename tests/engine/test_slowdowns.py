@@ -170,6 +170,23 @@ def test_no_unknown_slowdown_from_work_alone_or_from_one_sample() -> None:
     assert _replay(_node(2600, 5.0, level, nvlink=False, congestion=False)) == []
 
 
+@pytest.mark.parametrize("spacing", [5.0, 15.0])
+def test_an_evaluation_pause_inside_a_window_is_no_unknown_slowdown(spacing: float) -> None:
+    # Cross-check seed 12029 (5 s, no ECN counters): a 5.6 s evaluation
+    # pause read on two samples of a 30 s throughput window, one nearly
+    # idle and one half. Without its lowest sample the window's traffic
+    # still read 5.4 % under its history (whose windows each lost a sample
+    # of the rhythm's usual low), past a noise of 2.6 %. Its work's fall
+    # was nearly all in that one sample: a pause, not a slower exchange.
+    steady = _all_reduce(0.56, 0.28, (0.0, 0.0), 1.0)
+
+    def paused(g: int, t: float) -> tuple[float, float]:
+        lo = 2000.0 + 0.6 * spacing
+        return (0.01, 0.0) if lo <= t < lo + 5.6 else steady(g, t)
+
+    assert _replay(_node(2600, spacing, paused, congestion=False)) == []
+
+
 def test_less_traffic_with_more_work_under_ecn_is_no_slowdown() -> None:
     # Held-out seed 31337 (two_jobs, 1 s): a job stops exchanging for a
     # minute and a half (its communication phase gone: NVLink at a tenth,
