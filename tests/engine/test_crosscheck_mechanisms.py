@@ -502,6 +502,12 @@ def test_a_hang_seen_on_one_refresh_of_slow_dcgm_data_is_an_incident() -> None:
     assert incs[0].onset - T0 == pytest.approx(2010.1)
 
 
+def test_without_node_counters_the_scrape_is_unknown_and_one_refresh_is_not_relied_on() -> None:
+    # No NIC, storage or switch counters to read the scrape spacing off: the
+    # idle refresh's window could be as short as any, so one is no stall.
+    assert [i.summary for i in replay(_slow_dcgm(15.0, (2000, 2050), scraped=False))] == []
+
+
 def test_one_idle_sample_at_the_scrapes_own_pace_is_still_no_stall() -> None:
     # The same 15 s idle window where every scrape is new: its next sample
     # is one window away, so one idle sample is not relied on.
