@@ -7,8 +7,9 @@ Headline (default): the robustness sweep. Node traces come from
 ``fabricwatch.engine.tracegen``, a generator written apart from the
 engine's own simulator (no shared code, its own physics and parameter
 ranges), as OpenMetrics text with dcgm-exporter and node_exporter names, at
-1/5/15/30 s spacing, in six variants (standard, two jobs per node,
-concurrent causes, ramps, missing families, noisy sampling). Each trace is
+1/5/15/30 s spacing, in seven variants (standard, two jobs per node,
+concurrent causes, ramps, missing families, noisy sampling, and a
+dcgm-exporter refreshing every 2-3 scrapes below 30 s). Each trace is
 parsed and replayed through the real replay path (``parse_openmetrics`` ->
 ``Mapper`` -> ``run_replay``) and scored next to a naive reference rule
 (half the GPUs idle for two samples; the cause is whichever counter family

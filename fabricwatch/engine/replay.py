@@ -40,6 +40,9 @@ MAX_SPACING = 60.0
 """Coarsest sample spacing (seconds) the engine's rules are scaled and evaluated for."""
 
 
+_GPU_PREFIX = "fabricwatch_gpu_"
+
+
 @dataclass(frozen=True, slots=True)
 class Spacing:
     """Sample spacing seen in replayed data (median over series of their median step)."""
@@ -53,6 +56,10 @@ class Spacing:
     # Whether any GPU reports SM activity (a window average; power and
     # utilization are not read as one).
     sm_active: bool = True
+    # The same as ``median`` over the node's other series (NIC, storage,
+    # switch: no GPU family), NaN without any: the scrape, where the GPU
+    # exporter's series outnumber them and refresh slower.
+    node: float = math.nan
 
     def warning(self, settings: EngineSettings) -> str:
         """What this spacing hides from the engine, or ''.
@@ -61,7 +68,7 @@ class Spacing:
         (:meth:`EngineSettings.at_spacing`), so coarse data needs no special
         config; what it cannot do is see a stall shorter than two samples, or
         anything at all between samples much coarser than a minute."""
-        m = self.median
+        m = self.median if math.isnan(self.node) else self.node
         g = self.gpu_work
         if g > 1.25 * m and 2.0 * g > settings.min_duration:
             # One idle refresh is a stall where its scrape window outlasts
@@ -107,6 +114,7 @@ def sample_spacing(samples: Sequence[Sample], limit: int = 200_000) -> Spacing |
         times[key].append(ts)
     per_series: list[float] = []
     gpu_work: list[float] = []
+    node: list[float] = []
     work = sig.FAMILY_GROUPS["gpu_work"]
     sm_active = False
     for (family, _), seq in times.items():
@@ -116,6 +124,8 @@ def sample_spacing(samples: Sequence[Sample], limit: int = 200_000) -> Spacing |
             if family in work:
                 gpu_work.append(per_series[-1])
                 sm_active = sm_active or family == sig.GPU_SM
+            elif not family.startswith(_GPU_PREFIX):
+                node.append(per_series[-1])
     if not per_series:
         return None
     return Spacing(
@@ -123,6 +133,7 @@ def sample_spacing(samples: Sequence[Sample], limit: int = 200_000) -> Spacing |
         len(per_series),
         round(sig.median(gpu_work), 3) if gpu_work else math.nan,
         sm_active,
+        round(sig.median(node), 3) if node else math.nan,
     )
 
 

@@ -11,7 +11,9 @@ compute/communication rhythm drawn per job (compute phases 0.5-8 s), a
 checkpoint disk of a drawn device
 class, and the ugliness of real exports: window-averaged gauges at 5-30 s,
 missing samples, swapped and duplicated samples, collector gaps, 32-bit
-counter wraps, whole families absent.
+counter wraps, whole families absent, and (``slow_refresh``, below 30 s)
+a dcgm-exporter that refreshes every 2-3 scrapes, its scrapes in between
+re-reading the last refresh.
 
 A fault stalls a job only when the compute phase in flight ends (the
 collective that needs the fabric comes next), so the fault precedes the
@@ -40,7 +42,7 @@ CAUSES = (
     "storage_latency",
     "unknown",
 )
-VARIANTS = ("standard", "two_jobs", "concurrent", "ramp", "missing", "noisy")
+VARIANTS = ("standard", "two_jobs", "concurrent", "ramp", "missing", "noisy", "slow_refresh")
 DEVICE_CLASSES = {
     # name: (disk device, baseline write latency range in seconds)
     "nvme": ("nvme0n1", (0.05e-3, 0.3e-3)),
@@ -437,6 +439,12 @@ def _write(
         exporter: [r.uniform(-0.05, 0.05) * sp if noisy else 0.0 for _ in range(n_scrapes)]
         for exporter in ("dcgm", "node")
     }
+    # dcgm-exporter collecting on its own interval: scrapes between its
+    # refreshes re-read the last one. Drawn apart from ``r`` so the rest of
+    # the trace is the one the plan always gave.
+    hold = random.Random(plan.seed * 31 + 7)  # noqa: S311 - simulation, not crypto
+    refresh = hold.choice((2, 3)) if plan.variant == "slow_refresh" and sp < 30 else 1
+    phase = hold.randrange(refresh)
 
     def series(
         exporter: str,
@@ -454,6 +462,7 @@ def _write(
             total = float(2**32 - r.uniform(1e3, 1e6))
         lines: list[tuple[float, float]] = []
         prev: list[float] = []
+        held: float | None = None
         for i in range(per, steps + 1, per):
             chunk = values[i - per : i]
             if kind == "counter":
@@ -466,6 +475,10 @@ def _write(
                 if len(vals) < len(chunk):
                     continue  # the GPU stopped reporting
                 value = sum(vals) / len(vals)
+            if exporter == "dcgm" and refresh > 1:
+                if held is None or (i // per + phase) % refresh == 0:
+                    held = value
+                value = held
             ts = round(T0 + i * DT + offset + jitter[exporter][i // per], 3)
             if any(e == exporter and g0 <= ts < g1 for e, g0, g1 in gaps):
                 continue

@@ -11,10 +11,12 @@ import random
 
 from bench import crosscheck_traces as gen
 from fabricwatch.engine import signals as sig
-from fabricwatch.engine.replay import run_replay
+from fabricwatch.engine import tracegen as tg
+from fabricwatch.engine.replay import run_replay, sample_spacing
 from fabricwatch.engine.replay_mapping import Mapper, Sample
 from fabricwatch.engine.replay_openmetrics import parse_openmetrics
 from fabricwatch.engine.replay_refresh import held_mask, refresh_periods, refresh_steps
+from fabricwatch.engine.settings import EngineSettings
 
 T0 = 1_700_000_000.0
 
@@ -110,3 +112,26 @@ def test_dcgm_refreshing_every_third_scrape_keeps_an_nvlink_crc_burst_the_cause(
     res = run_replay(mapper.finish())
     verdicts = [(tr.incident.cause, tr.incident.culprit.key) for tr in res.incidents()]
     assert verdicts == [("nvlink_degraded", trace.truth[0].culprits[0])], verdicts
+
+
+def test_the_sweeps_slow_refresh_variant_is_read_as_such() -> None:
+    # bench/engine_eval.py's slow_refresh variant (tracegen): dcgm-exporter
+    # refreshing every 2-3 scrapes below 30 s. Replay sees the refresh
+    # period (held repeats dropped), node_exporter's series at the scrape.
+    for spacing, slow in ((5.0, True), (30.0, False)):
+        plan = tg.plan_for(31379, spacing, "slow_refresh", hours=0.5)
+        buf = io.StringIO()
+        tg.generate(plan, buf.write)
+        mapper = Mapper()
+        parse_openmetrics(io.StringIO(buf.getvalue()), mapper)
+        samples = mapper.finish()
+        sp = sample_spacing(samples)
+        # The GPU exporter's series outnumber the node's: the scrape is read
+        # off the node's own series, and the warning compares with that.
+        assert sp is not None and sp.node == spacing
+        if slow:
+            assert sp.gpu_work in (2 * spacing, 3 * spacing), sp
+            assert mapper.dropped.get("held_repeat", 0) > 0
+            assert f"other series {spacing:g} s" in sp.warning(EngineSettings())
+        else:
+            assert sp.gpu_work == spacing and not mapper.dropped.get("held_repeat")
