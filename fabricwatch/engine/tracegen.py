@@ -145,6 +145,27 @@ class _Node:
         self.ecn0 = [r.uniform(0, 30) for _ in range(4)]
 
 
+def _clear_of(events: list[_Event], start: float, duration: float) -> float:
+    """A job restart's start, moved clear of every fault where it fell inside
+    one: a job that released its GPUs' memory is no running job, and its
+    GPUs are no stall whatever the fabric does (the truth would call them one).
+    Moved to the middle of the longest stretch without a fault, so the rest
+    of the trace is drawn as before."""
+    spans = sorted((ev.start - ev.ramp - 120.0, ev.start + ev.duration + 400.0) for ev in events)
+    if not any(lo <= start + 60.0 and start <= hi for lo, hi in spans):
+        return start
+    free: list[tuple[float, float]] = []
+    at = 0.0
+    for lo, hi in spans:
+        if lo > at:
+            free.append((at, lo))
+        at = max(at, hi)
+    if duration > at:
+        free.append((at, duration))
+    lo, hi = max(free, key=lambda f: f[1] - f[0], default=(0.0, duration))
+    return max(0.0, (lo + hi) / 2.0 - 30.0)
+
+
 def _culprits(ev: _Event, node: _Node) -> tuple[str, ...]:
     job = node.jobs[ev.job]
     if ev.cause in ("pfc_storm",):
@@ -264,7 +285,10 @@ def generate(plan: Plan, write: Callable[[str], object]) -> Plan:
     ecn_noise = [
         (r.uniform(0, plan.duration), r.uniform(1, 3), r.randrange(4)) for _ in range(n_conf)
     ]
-    restarts = [r.uniform(0, plan.duration) for _ in range(1 if r.random() < 0.3 else 0)]
+    restarts = [
+        _clear_of(events, r.uniform(0, plan.duration), plan.duration)
+        for _ in range(1 if r.random() < 0.3 else 0)
+    ]
     steps = int(plan.duration / DT)
     sm = [[0.0] * steps for _ in range(8)]
     util = [[0.0] * steps for _ in range(8)]
