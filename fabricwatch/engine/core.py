@@ -860,15 +860,7 @@ class Engine:
         attr, missing = self._score(ep, now)
         if attr.cause is Cause.UNKNOWN:
             return
-        inc = replace(
-            inc,
-            cause=attr.cause,
-            culprit=attr.culprit,
-            confidence=attr.confidence,
-            evidence=attr.evidence[:10],
-            missing=missing,
-        )
-        live.incident = self._revise(self._with_cost(inc), now)
+        live.incident = self._revise(self._with_cost(_with_verdict(inc, attr, missing)), now)
         out.append(IncidentTransition("updated", self._wall(now), live.incident))
 
     def _outlasted_dips(self, attr: Attribution, duration: float) -> bool:
@@ -1164,14 +1156,7 @@ class Engine:
                 )
             ):
                 changed = True
-                inc = replace(
-                    inc,
-                    cause=attr.cause,
-                    culprit=attr.culprit,
-                    confidence=attr.confidence,
-                    evidence=attr.evidence[:10],
-                    missing=missing,
-                )
+                inc = _with_verdict(inc, attr, missing)
         inc = self._with_cost(inc)
         if changed:
             inc = self._revise(inc, now)
@@ -1395,14 +1380,9 @@ class Engine:
             live.ended = None
             live.onset = ep.onset
             inc = replace(
-                inc,
+                _with_verdict(inc, attr, missing),
                 kind="stall",
                 ended_at=None,
-                cause=attr.cause,
-                culprit=attr.culprit,
-                confidence=attr.confidence,
-                evidence=attr.evidence[:10],
-                missing=missing,
                 gpus=tuple(sorted(set(inc.gpus) | ep.gpus, key=_gpu_order)),
                 gpu_seconds=inc.gpu_seconds + ep.gpu_seconds,
             )
@@ -1532,6 +1512,19 @@ def _summed(
     """The latest and the earlier window means of ``series`` (each read by
     ``chunk_means``), summed over them as :func:`summed_window_means` does."""
     return summed_window_means(chunk_means(x, now, width, chunks) for x in series)
+
+
+def _with_verdict(inc: Incident, attr: Attribution, missing: tuple[str, ...]) -> Incident:
+    """``inc`` with the verdict of ``attr``: cause, culprit, confidence, its
+    ten strongest pieces of evidence, and the families the node lacks."""
+    return replace(
+        inc,
+        cause=attr.cause,
+        culprit=attr.culprit,
+        confidence=attr.confidence,
+        evidence=attr.evidence[:10],
+        missing=missing,
+    )
 
 
 def _same_culprit(inc: Incident, attr: Attribution) -> bool:
