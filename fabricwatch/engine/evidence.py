@@ -57,7 +57,8 @@ class Evidence:
     value: float
     baseline: float
     text: str
-    # When the series first reached halfway from its baseline to ``value``
+    # When the series first reached a quarter of the way from its baseline
+    # up to ``value`` (halfway down to it)
     # (None: not known; treated as present at the onset). None, not NaN: NaN
     # is unequal to itself, so equal incidents would compare unequal (replay
     # --jobs checks its cuts by equality).
@@ -1123,7 +1124,8 @@ TIMED_FAMILIES = _EVENT_FAMILIES | {sig.NIC_LINK_UP, sig.SW_PORT_UP}
 
 def _first_seen(ctx: ScoreContext, e: Evidence) -> float | None:
     """When the series behind ``e`` first showed it: the first sample of its
-    onset window halfway from the baseline to the evidence level (None where
+    onset window a quarter of the way from the baseline up to the evidence
+    level, or halfway down to it (None where
     the evidence is not one series' level, e.g. a GPU's links together)."""
     spec = sig.SIGNAL_SPECS.get(e.family)
     if spec is None or e.family in (sig.SW_PFC_FRAMES, sig.NIC_PFC_FRAMES):
@@ -1149,8 +1151,14 @@ def _first_seen(ctx: ScoreContext, e: Evidence) -> float | None:
         return next(
             (t for t, v in zip(on.times, on.values, strict=True) if v > 0 and t >= start), None
         )
-    mid = (e.value + e.baseline) / 2.0
     up = e.value >= e.baseline
+    # A rise is shown from a quarter of the way up: the level it is scored
+    # at grows as the window takes in a burst's peak, and from halfway to
+    # that peak a burst present at the onset read as first shown a sample
+    # later, behind the rate cuts it caused on the other ports (cross-check
+    # seed 12052: ECN marks on the culprit 62,000/s at the onset, 175,000/s
+    # a sample on). A fall is shown from halfway down.
+    mid = e.baseline + (0.25 if up else 0.5) * (e.value - e.baseline)
     hit = [(v >= mid) if up else (v <= mid) for v in on.values]
     first = next((i for i, t in enumerate(on.times) if t >= start and hit[i]), None)
     if first is None:

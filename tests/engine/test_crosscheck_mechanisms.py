@@ -560,3 +560,13 @@ def test_the_throughput_window_holds_whole_iterations_of_the_rhythm() -> None:
     assert [(i.kind, i.cause, i.culprit.key) for i in incs] == [
         ("stall", truth.cause, truth.culprits[0])
     ], [i.summary for i in incs]
+
+
+def test_a_burst_present_at_the_onset_is_dated_there_as_its_peak_grows() -> None:
+    # 12052 (two_jobs, 15 s): ECN marks on the culprit port read 62,000/s at
+    # the onset and 175,000/s a sample later. Dated from halfway to that
+    # peak, the marks "first showed" a sample after the onset, behind the
+    # rate cuts they caused on the job's other ports, which took the culprit.
+    trace, incs = _replay_trace(12052, "ecn_stall", "two_jobs", 15.0)
+    (truth,) = trace.truth
+    assert _verdicts(incs) == [(truth.cause, truth.culprits[0])], [i.summary for i in incs]
