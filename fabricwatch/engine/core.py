@@ -75,8 +75,6 @@ _RHYTHM_SWING = 0.2
 # The least drop of a job's throughput or work over its own history that is
 # a slowdown, however steady the history.
 _MIN_DROP = 0.05
-# Counters every node_exporter-style scrape refreshes: the node's scrape spacing.
-_SCRAPE_FAMILIES = (sig.NIC_TX_BYTES, sig.ST_WRITE_BYTES, sig.SW_TX_BYTES, sig.NIC_ECN)
 
 # The order metric series are written in (the causes as they were listed
 # before the enumeration, so the exposition stays byte for byte the same).
@@ -602,8 +600,7 @@ class Engine:
         sp = self.detector.spacing()
         if math.isnan(sp):
             return
-        # Quantized, so jitter does not make every tick's settings differ.
-        sp = max(self.tick_s, round(sp * 4) / 4)
+        sp = self._quantized(sp)
         self.spacing = sp
         eff = self._scaled.get(sp)
         if eff is None:
@@ -617,14 +614,17 @@ class Engine:
         quantized as :attr:`spacing`. An exporter may refresh GPU metrics
         slower than the node is scraped, so this can be finer than it."""
         found: list[float] = []
-        for fam in _SCRAPE_FAMILIES:
+        for fam in sig.SCRAPE_FAMILIES:
             for series in self.store.family(fam)[:2]:
                 sp = sig.spacing(series)
                 if not math.isnan(sp):
                     found.append(sp)
-        if not found:
-            return math.nan
-        return max(self.tick_s, round(sig.median(found) * 4) / 4)
+        return self._quantized(sig.median(found)) if found else math.nan
+
+    def _quantized(self, spacing: float) -> float:
+        """``spacing`` to 0.25 s, never under the tick: jitter must not make
+        every tick's settings differ."""
+        return max(self.tick_s, round(spacing * 4) / 4)
 
     def _lead(self, onset: float) -> float:
         """One iteration of the job's rhythm plus one sample (at least ``onset_lead``)."""

@@ -40,9 +40,6 @@ MAX_SPACING = 60.0
 """Coarsest sample spacing (seconds) the engine's rules are scaled and evaluated for."""
 
 
-_GPU_PREFIX = "fabricwatch_gpu_"
-
-
 @dataclass(frozen=True, slots=True)
 class Spacing:
     """Sample spacing seen in replayed data (median over series of their median step)."""
@@ -56,9 +53,10 @@ class Spacing:
     # Whether any GPU reports SM activity (a window average; power and
     # utilization are not read as one).
     sm_active: bool = True
-    # The same as ``median`` over the node's other series (NIC, storage,
-    # switch: no GPU family), NaN without any: the scrape, where the GPU
-    # exporter's series outnumber them and refresh slower.
+    # The same as ``median`` over the node's own counters (NIC, storage,
+    # switch: ``signals.SCRAPE_FAMILIES``, as the engine reads the scrape
+    # off them), NaN without any: the scrape, where the GPU exporter's
+    # series outnumber them and refresh slower.
     node: float = math.nan
 
     def warning(self, settings: EngineSettings) -> str:
@@ -124,7 +122,7 @@ def sample_spacing(samples: Sequence[Sample], limit: int = 200_000) -> Spacing |
             if family in work:
                 gpu_work.append(per_series[-1])
                 sm_active = sm_active or family == sig.GPU_SM
-            elif not family.startswith(_GPU_PREFIX):
+            elif family in sig.SCRAPE_FAMILIES:
                 node.append(per_series[-1])
     if not per_series:
         return None

@@ -97,6 +97,11 @@ transmitted bytes (co-activity with the job's communication phases; a
 collective sends as much as it receives, so one direction is read) and,
 live, the GPUs near it on the PCI topology."""
 
+SCRAPE_FAMILIES: tuple[str, ...] = (NIC_TX_BYTES, ST_WRITE_BYTES, SW_TX_BYTES, NIC_ECN)
+"""Counters of the node's own exporters (NIC, storage, switch), refreshed on
+every scrape: the node's scrape spacing, which an exporter refreshing GPU
+metrics on its own interval (dcgm-exporter) may be slower than."""
+
 ENGINE_FAMILIES: frozenset[str] = frozenset(
     {GPU_POWER_LIMIT, GPU_INFO, GPU_MEM, GPU_PROCS, GPU_JOB}.union(
         *FAMILY_GROUPS.values(), SPEED_FAMILIES, PORT_JOB_FAMILIES
