@@ -365,14 +365,19 @@ class Engine:
             self._restoring.discard(key)
 
     def _comm_window(self) -> float:
-        """Seconds over which communication throughput is averaged: four
-        iterations of the job's rhythm where it shows (at least 30 s, 4
-        samples), so the compute/communication cycle cancels out: a whole
-        number of them (a 30 s window of a 5.3 s iteration holds 5.7, and its
+        """Seconds over which communication throughput is averaged: at
+        least 30 s and 4 samples, made up to a whole number of iterations of
+        the job's rhythm where it shows, so the compute/communication cycle
+        cancels out (a 30 s window of a 5.3 s iteration holds 5.7, and its
         mean beats by the part iteration it cuts: cross-check seed 19002,
-        6 % down on a steady job). A rhythm that does not show is averaged
-        inside each sample already."""
-        w = max(30.0, 4.0 * self.spacing, 4.0 * self._rhythm_s)
+        6 % down on a steady job). Whole iterations cancel it; more of them
+        do not cancel it better. Four of a rhythm sampled slower than it
+        runs (the 30-40 s beat of a 1-3 s iteration in 10-30 s samples of
+        power) made the window 150-200 s, longer than the slowdowns it was
+        to find and than the history of a node replayed from minutes
+        before. A rhythm that does not show is averaged inside each sample
+        already."""
+        w = max(30.0, 4.0 * self.spacing)
         r = self._rhythm_s
         return w if r <= 0 else math.ceil(w / r - 1e-9) * r
 

@@ -562,6 +562,30 @@ def test_the_throughput_window_holds_whole_iterations_of_the_rhythm() -> None:
     ], [i.summary for i in incs]
 
 
+@pytest.mark.parametrize(
+    ("seed", "variant", "spacing"),
+    [(13038, "two_jobs", 10.0), (11053, "two_jobs", 15.0), (11068, "ramp", 30.0)],
+)
+def test_a_slowdown_shorter_than_four_aliased_rhythms_is_found(
+    seed: int, variant: str, spacing: float
+) -> None:
+    # Power only, sampled slower than the job iterates (1-3 s): the samples
+    # alias the rhythm into a beat of 30-40 s, which is a real period of
+    # the sampled series, so the throughput window holds whole ones of it.
+    # Four of them made the window 150-200 s at 10-30 s samples: longer
+    # than the 80-180 s slowdowns, and on a node replayed from 8 minutes
+    # before (13038) more than the history held for its baseline windows.
+    # The window is whole beats over the usual four samples (30 s at least).
+    trace, incs = _replay_trace(seed, "ecn_slow", variant, spacing)
+    (truth,) = trace.truth
+    assert "sm_active" in str(trace.params["missing"])
+    periods = trace.params["periods"]
+    assert isinstance(periods, list) and max(periods) < spacing
+    assert [(i.kind, i.cause, i.culprit.key) for i in incs] == [
+        ("slowdown", "ecn_congestion", truth.culprits[0])
+    ], [i.summary for i in incs]
+
+
 def test_a_burst_present_at_the_onset_is_dated_there_as_its_peak_grows() -> None:
     # 12052 (two_jobs, 15 s): ECN marks on the culprit port read 62,000/s at
     # the onset and 175,000/s a sample later. Dated from halfway to that
