@@ -95,7 +95,8 @@ MAPPING_TABLE: tuple[tuple[str, str, str], ...] = (
     (
         "DCGM_FI_DEV_XID_ERRORS{gpu[,err_code,err_msg]}",
         f"{sig.GPU_XID}{{xid=<value>}}",
-        "gauge of the last XID: each change to a non-zero value counts one event",
+        "gauge of the last XID: each change to a non-zero value counts one event; "
+        "the counts are held on every later sample",
     ),
     (
         "DCGM_FI_*{gpu,GPU_I_ID} (MIG instances)",
@@ -508,6 +509,7 @@ class Mapper:
     def __init__(self, nic_map: dict[str, tuple[str, str]] | None = None) -> None:
         self._tracker = CounterTracker()
         self._state: dict[tuple[str, tuple[str, ...], str], float] = {}
+        self._xid_codes: dict[str, list[str]] = {}
         self._last_ts: dict[tuple[str, tuple[str, ...], str], float] = {}
         self._disk: dict[tuple[str, str], dict[float, float]] = {}
         self._info_ts: dict[str, float] = {}
@@ -641,14 +643,26 @@ class Mapper:
         prev_ts = self._last_ts.get(key)
         self._state[key] = value
         self._last_ts[key] = ts
+        codes = self._xid_codes.setdefault(gpu, [])
         # The first sample's XID happened at some unknown earlier time.
-        if prev is None or value == prev or value <= 0:
+        new = prev is not None and value != prev and value > 0
+        labels = (gpu, str(int(value))) if new else None
+        # Each XID count the GPU has goes on with every sample of its gauge,
+        # as the live collector's counters do: a count written only when it
+        # moved went stale and was expired five minutes after its event, and
+        # a job hung by that XID for longer lost its cause on the next
+        # re-score.
+        for code in codes:
+            if (gpu, code) != labels:
+                held = self._state[(target.family, (gpu, code), "count")]
+                self.out.append((ts, target.family, (gpu, code), held))
+        if labels is None:
             return
-        labels = (gpu, str(int(value)))
         ckey = (target.family, labels, "count")
         count = self._state.get(ckey)
         if count is None:
             count = 0.0
+            codes.append(labels[1])
             # A counter needs a zero before its first event to show a rate.
             self.out.append(
                 (prev_ts if prev_ts is not None else ts - 1.0, target.family, labels, 0.0)

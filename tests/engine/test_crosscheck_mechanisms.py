@@ -586,6 +586,16 @@ def test_a_slowdown_shorter_than_four_aliased_rhythms_is_found(
     ], [i.summary for i in incs]
 
 
+def test_an_xid_stall_at_60_s_keeps_its_cause_past_five_minutes() -> None:
+    # 60 s samples (the top of the live collectors' range): the stalls last
+    # 5-8 minutes, longer than the store keeps a series no sample refreshed.
+    for seed, variant in ((14010, "standard"), (12010, "missing_family")):
+        trace, incs = _replay_trace(seed, "xid", variant, 60.0)
+        (truth,) = trace.truth
+        assert truth.end - truth.onset > 300
+        assert _verdicts(incs) == [(truth.cause, truth.culprits[0])], [i.summary for i in incs]
+
+
 def test_a_burst_present_at_the_onset_is_dated_there_as_its_peak_grows() -> None:
     # 12052 (two_jobs, 15 s): ECN marks on the culprit port read 62,000/s at
     # the onset and 175,000/s a sample later. Dated from halfway to that

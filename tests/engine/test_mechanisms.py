@@ -114,6 +114,22 @@ def test_xid_one_compute_phase_before_the_stall_is_the_cause() -> None:
     ]
 
 
+def test_an_xid_hang_longer_than_a_quiet_series_lives_keeps_its_cause() -> None:
+    # dcgm-exporter's last-XID gauge at 15 s: XID 79 on GPU 3 just before a
+    # ten-minute hang. The gauge reads 79 on every later scrape; replay once
+    # wrote the XID count only when it moved, the store expired that quiet
+    # series after five minutes, and the next re-score had no XID to name.
+    lines = [
+        f'DCGM_FI_DEV_XID_ERRORS{{gpu="3"}} {79 if t >= 1995 else 0} {T0 + t + 0.2}'
+        for t in range(15, 3601, 15)
+    ]
+    samples = node(15.0, 3600, (2000, 2600)) + from_text("\n".join(lines) + "\n")
+    incs = replay(sorted(samples, key=lambda s: s[0]))
+    assert [(i.cause, i.culprit.key) for i in incs] == [("gpu_fault", "gpu:3")], [
+        i.summary for i in incs
+    ]
+
+
 # 3. Relative scales
 
 

@@ -181,7 +181,8 @@ def test_stateful_conversions() -> None:
     by = {(name, labels): (ts, v) for ts, name, labels, v in out}
     assert by[(sig.NIC_PFC_RATIO, ("eth2", "1", "3", "rx"))] == (101.0, 0.9)
     xid = [(ts, v) for ts, n, labels, v in out if n == sig.GPU_XID]
-    assert xid == [(100.0, 0.0), (101.0, 1.0)]
+    # The count is held on every later sample of the gauge (no new event).
+    assert xid == [(100.0, 0.0), (101.0, 1.0), (102.0, 1.0)]
     assert by[(sig.NVLINK_TX, ("1", "total"))] == (102.0, 20e6)
     assert by[(sig.ST_WRITE_LAT, ("nvme0n1",))][1] == pytest.approx(0.02)
 

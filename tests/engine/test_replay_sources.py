@@ -216,7 +216,7 @@ def test_dcgm_4x_labels_and_xid_err_code() -> None:
     m = parse(text + "\n")
     out = m.finish()
     assert not m.ignored
-    assert series(out, sig.GPU_XID) == {("3", "79"): [(101.0, 0.0), (102.0, 1.0)]}
+    assert series(out, sig.GPU_XID) == {("3", "79"): [(101.0, 0.0), (102.0, 1.0), (103.0, 1.0)]}
     assert series(out, sig.GPU_POWER) == {("3",): [(103.0, 512.5)]}
 
 
