@@ -814,6 +814,13 @@ class Engine:
             if ep is not None and ep.live is not None and ep.broken_at is None:
                 self._name_at_resumption(ep, ep.live, now, out)
             return self._quiet(ep, "stall", now)
+        if ep is not None and ep.live is None and not ep.gpus & {g.gpu for g in bad}:
+            # Every GPU of an episode not yet opened works again: it ended,
+            # whatever went idle on this tick (one GPU's swapped or stale
+            # sample held idle until its next one, 60 s later, as the
+            # job stalled on its others: cross-check seed 16000 dated the
+            # job's checkpoint a sample early and read no write burst in it).
+            ep = None
         if ep is None:
             onset = self._stall_onset(bad)
             ep = _Episode("stall", onset, now, run_onset=onset)

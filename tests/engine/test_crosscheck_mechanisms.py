@@ -596,6 +596,19 @@ def test_an_xid_stall_at_60_s_keeps_its_cause_past_five_minutes() -> None:
         assert _verdicts(incs) == [(truth.cause, truth.culprits[0])], [i.summary for i in incs]
 
 
+def test_a_stall_episode_whose_gpus_all_resumed_ends_when_the_job_stalls_on_others() -> None:
+    # 16000 (missing_family, 60 s, power only, noisy): GPU 5's samples
+    # either side of a missed one swapped, so it read idle a minute before
+    # the job's checkpoint and worked on the sample where the seven others
+    # went idle. That one-GPU episode (its co-activity group of one) went on
+    # as the job's, dated a sample early, and the checkpoint's onset window
+    # ended before the burst's second sample: unknown.
+    trace, incs = _replay_trace(16000, "checkpoint_nvme", "missing_family", 60.0)
+    (truth,) = trace.truth
+    assert _verdicts(incs) == [(truth.cause, truth.culprits[0])], [i.summary for i in incs]
+    assert abs(incs[0].onset - truth.onset) <= 60.0
+
+
 def test_a_burst_present_at_the_onset_is_dated_there_as_its_peak_grows() -> None:
     # 12052 (two_jobs, 15 s): ECN marks on the culprit port read 62,000/s at
     # the onset and 175,000/s a sample later. Dated from halfway to that
