@@ -586,6 +586,21 @@ def test_a_slowdown_shorter_than_four_aliased_rhythms_is_found(
     ], [i.summary for i in incs]
 
 
+def test_a_throughput_window_mostly_in_a_collector_gap_is_no_slowdown() -> None:
+    # 42010 (missing_family, 1 s): dcgm-exporter missed 35 s just after a
+    # 1.4 s evaluation pause. The 44 s window then held 9 samples, two of
+    # them in the pause, and the steady job read 15 % slower (a "gpu_fault
+    # slowdown": GPU 7 stopped reporting, in the gap). A window needs half
+    # its samples to stand for it; only the later XID stall is an incident.
+    trace, incs = _replay_trace(42010, "xid", "missing_family", 1.0)
+    assert str(trace.params["gap"]).startswith("DCGM_")
+    assert any(c.what == "eval_pause" for c in trace.confounders)
+    (truth,) = trace.truth
+    assert [(i.kind, i.cause, i.culprit.key) for i in incs] == [
+        ("stall", truth.cause, truth.culprits[0])
+    ], [i.summary for i in incs]
+
+
 def test_an_xid_stall_at_60_s_keeps_its_cause_past_five_minutes() -> None:
     # 60 s samples (the top of the live collectors' range): the stalls last
     # 5-8 minutes, longer than the store keeps a series no sample refreshed.
