@@ -1002,16 +1002,34 @@ def score_storage(ctx: ScoreContext) -> list[Evidence]:
     for fam, what in ((sig.ST_WRITE_LAT, "write latency"), (sig.ST_PROBE_LAST, "probe latency")):
         for s, peak, b, _ in ctx.peaks(fam):
             ratio = peak / max(b, 1e-6)
-            if peak >= _latency_floor(s.labels[0], st) and ratio >= st.storage_latency_ratio:
+            floor = _latency_floor(s.labels[0], st)
+            if peak < floor or ratio < 0.5 * st.storage_latency_ratio:
+                continue
+            culprit = path_culprit(s)
+            if ratio >= st.storage_latency_ratio:
                 score = 0.85 + 0.1 * min(1.0, math.log10(ratio / st.storage_latency_ratio))
-                culprit = path_culprit(s)
                 text = f"{what} on {_where(culprit)}: {peak * 1000:,.2f} ms ({_times(peak, b)})"
-                if fam == sig.ST_WRITE_LAT:
-                    req = requests(s.labels[0])
-                    score, text = _latency_vs_requests(
-                        st, (score, text), ratio, req, burst=s.labels[0] in bursts
-                    )
-                out.append(Evidence(Cause.STORAGE_LATENCY, fam, culprit, score, peak, b, text))
+            else:
+                # Held at half the ratio on two samples, and at the full
+                # ratio on one: the first sample after the onset is partly
+                # before it (a 60 s sample of a 13x slowdown read 9.8x, the
+                # next 13x: cross-check seed 45003). Shown on two and strong
+                # on one, as :meth:`Engine._strong` takes it.
+                on, _ = ctx.windows(s)
+                top = max(on.values)
+                if top / max(b, 1e-6) < st.storage_latency_ratio:
+                    continue
+                score = 0.6
+                text = (
+                    f"{what} rose on {_where(culprit)}: {peak * 1000:,.2f} ms on two samples, "
+                    f"{top * 1000:,.2f} ms on one ({_times(top, b)})"
+                )
+            if fam == sig.ST_WRITE_LAT:
+                req = requests(s.labels[0])
+                score, text = _latency_vs_requests(
+                    st, (score, text), ratio, req, burst=s.labels[0] in bursts
+                )
+            out.append(Evidence(Cause.STORAGE_LATENCY, fam, culprit, score, peak, b, text))
     out.extend(_probe_failures(ctx))
     for s, peak, b in volume:
         ratio = peak / max(b, 1.0)

@@ -624,6 +624,20 @@ def test_a_stall_episode_whose_gpus_all_resumed_ends_when_the_job_stalls_on_othe
     assert abs(incs[0].onset - truth.onset) <= 60.0
 
 
+def test_slow_storage_whose_first_sample_after_the_onset_is_partial_is_named() -> None:
+    # 60 s samples, write latency 13x its baseline (NFS, 45003) and 16x (NVMe,
+    # noisy, 21002): the onset window holds two samples after the onset, and
+    # the first is partly before it (9.8x for 45003). Held at half the
+    # ratio on two samples and at the full ratio on one is slow storage.
+    for seed, scenario, variant in (
+        (45003, "slowstore_nfs", "standard"),
+        (21002, "slowstore_nvme", "noisy"),
+    ):
+        trace, incs = _replay_trace(seed, scenario, variant, 60.0)
+        (truth,) = trace.truth
+        assert _verdicts(incs) == [(truth.cause, truth.culprits[0])], [i.summary for i in incs]
+
+
 def test_a_burst_present_at_the_onset_is_dated_there_as_its_peak_grows() -> None:
     # 12052 (two_jobs, 15 s): ECN marks on the culprit port read 62,000/s at
     # the onset and 175,000/s a sample later. Dated from halfway to that
