@@ -612,6 +612,15 @@ def _collapsed(
                 matched = 0  # the peers fell too (node-wide) or no standout
                 break
             matched += 1
+        if matched == 1:
+            # Shown on one poll only, a collapsed link is still down on the
+            # first sample after the onset (every link is, in a stall). One
+            # that read its usual traffic there was two samples swapped, the
+            # stall's partial one moved before the onset (cross-check seed
+            # 16013, a hang at 20 s named nvlink_degraded).
+            after = _fresh_rates(s, hi, ctx.now, sample_s)
+            if after and after[0][1] / b > limit:
+                continue
         if matched:
             ratio = _level([r for _, r in pre])
             found.setdefault((fam, gpu), []).append((s, ratio, ratio * b, b, matched))

@@ -638,6 +638,18 @@ def test_slow_storage_whose_first_sample_after_the_onset_is_partial_is_named() -
         assert _verdicts(incs) == [(truth.cause, truth.culprits[0])], [i.summary for i in incs]
 
 
+def test_a_swapped_nvlink_sample_before_a_hang_is_no_collapsed_link() -> None:
+    # 16013 (noisy, 20 s, two jobs): GPU 1's NVLink samples either side of
+    # the hang's onset swapped, so its partial sample (26 % of its traffic)
+    # came before the onset and its usual traffic after it. Shown on one
+    # poll, a collapsed link is still down after the onset; this one was
+    # not: the hang has no cause the node can see.
+    trace, incs = _replay_trace(16013, "hang", "noisy", 20.0)
+    (truth,) = trace.truth
+    assert truth.cause == "unknown"
+    assert [i.cause for i in incs] == ["unknown"], [i.summary for i in incs]
+
+
 def test_a_burst_present_at_the_onset_is_dated_there_as_its_peak_grows() -> None:
     # 12052 (two_jobs, 15 s): ECN marks on the culprit port read 62,000/s at
     # the onset and 175,000/s a sample later. Dated from halfway to that
