@@ -502,20 +502,23 @@ class Engine:
                 if per_link is None:
                     per_link = self._links_by_gpu()
                 links = per_link.get(g.gpu, [])
-            if self._idled(g, now - w, now):
-                continue
+            seen = self._work_window(g, now - w, now)
+            if seen is not None:
+                vals, idle = seen
+                if vals and min(vals) < idle:
+                    continue  # a stall's tail or a dip inside the window is no slowdown
+                # A window the collector mostly missed holds a few samples
+                # whose mean is a phase of the rhythm or a dip next to the
+                # gap, not the window (cross-check seed 42010: a 35 s
+                # dcgm-exporter gap left 9 samples of a 44 s window, two of
+                # them in a 1.4 s evaluation pause, and the job read 15 %
+                # slower): no verdict from it.
+                if len(vals) < 0.5 * w / step:
+                    continue
             work_series = self.store.get(sig.GPU_SM, (g.gpu,)) or self.store.get(
                 sig.GPU_POWER, (g.gpu,)
             )
             works = [work_series] if work_series is not None else []
-            # A window the collector mostly missed holds a few samples whose
-            # mean is a phase of the rhythm or a dip next to the gap, not the
-            # window (cross-check seed 42010: a 35 s dcgm-exporter gap left
-            # 9 samples of a 44 s window, two of them in a 1.4 s evaluation
-            # pause, and the job read 15 % slower): no verdict from it.
-            held = works or links
-            if held and len(self._windows.values(held[0], now - w, now)) < 0.5 * w / step:
-                continue
             # A node replayed (or started) a few windows before the slowdown
             # has less history than two baseline windows: the windows it
             # holds, four at least (at 15-30 s spacing two baseline windows
@@ -590,23 +593,24 @@ class Engine:
         before the stall)."""
         return self._comm_gpus if now - self._comm_checked <= 2.0 * step else []
 
-    def _idled(self, g: GpuState, lo: float, hi: float) -> bool:
-        """Whether ``g`` had an idle sample in [lo, hi]: a slowdown is work
-        going on at a lower rate; a stall's tail or a dip inside the window
-        would lower its average throughput without being one."""
+    def _work_window(
+        self, g: GpuState, lo: float, hi: float
+    ) -> tuple[Sequence[float], float] | None:
+        """The values of ``g``'s work signal in [lo, hi] (SM activity where
+        it was sampled since ``lo``, else power against the GPU's peak) and
+        the level under which one is idle; None without either. Read once
+        per job GPU on every sample: the slowdown check skips a window with
+        an idle sample in it (a slowdown is work going on at a lower rate; a
+        stall's tail or a dip would lower its average without being one) or
+        with under half its samples."""
         s = self._eff
-        # min() instead of any() over a generator: the same answer (the store
-        # holds finite values only) without a Python step per sample; this
-        # runs for every job GPU on every sample.
         sm = self.store.get(sig.GPU_SM, (g.gpu,))
         if sm is not None and sm.updated >= lo:
-            vals = self._windows.values(sm, lo, hi)
-            return bool(vals) and min(vals) < s.idle_sm_ratio
+            return self._windows.values(sm, lo, hi), s.idle_sm_ratio
         power = self.store.get(sig.GPU_POWER, (g.gpu,))
         if power is not None and g.peak_power > 0:
-            vals = self._windows.values(power, lo, hi)
-            return bool(vals) and min(vals) < s.idle_power_ratio * g.peak_power
-        return False
+            return self._windows.values(power, lo, hi), s.idle_power_ratio * g.peak_power
+        return None
 
     def _retune(self) -> None:
         """Re-derive the sample spacing and the settings scaled to it."""
