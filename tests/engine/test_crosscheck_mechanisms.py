@@ -658,3 +658,72 @@ def test_a_burst_present_at_the_onset_is_dated_there_as_its_peak_grows() -> None
     trace, incs = _replay_trace(12052, "ecn_stall", "two_jobs", 15.0)
     (truth,) = trace.truth
     assert _verdicts(incs) == [(truth.cause, truth.culprits[0])], [i.summary for i in incs]
+
+
+def test_a_pause_straddling_two_coarse_samples_is_no_slowdown() -> None:
+    # An evaluation pause of 6-7 s at 5 and 10 s spacing, on nodes without
+    # ECN counters (the "exchange slowed" rule decides there): no sample
+    # reads idle, the two it straddles read low, and at 5 s the window's SM
+    # mean read 17 % low, 11 % without its lowest sample. Without its two
+    # lowest samples the window is as usual. The real slowdown (60023) and
+    # the checkpoint stall (60030) stay found.
+    for seed, scenario, spacing in ((60023, "ecn_slow", 5.0), (60030, "checkpoint_nvme", 10.0)):
+        trace, incs = _replay_trace(seed, scenario, "missing_family", spacing)
+        assert any(c.what.startswith("eval_pause") for c in trace.confounders)
+        (truth,) = trace.truth
+        assert [(i.kind, i.cause) for i in incs] == [(truth.kind, truth.cause)], [
+            i.summary for i in incs
+        ]
+
+
+def test_a_burst_on_a_jobs_port_inside_a_throughput_window_is_no_slowdown() -> None:
+    # 56037 (two jobs, 10 s): a 7 s ECN burst on the second job's port cut
+    # that job's 40 s NVLink mean by 7 %, past a history whose four windows
+    # had no spread, and the burst named it an ECN slowdown. The fall held
+    # on two samples; without them the window is as usual.
+    trace, incs = _replay_trace(56037, "ecn_stall", "two_jobs", 10.0)
+    assert any(c.what == "ecn_burst_other" for c in trace.confounders)
+    (truth,) = trace.truth
+    assert [(i.kind, i.cause, i.culprit.key) for i in incs] == [
+        ("stall", truth.cause, truth.culprits[0])
+    ], [i.summary for i in incs]
+
+
+def test_work_low_for_less_than_an_iteration_of_its_rhythm_is_no_slowdown() -> None:
+    # 52035 (two jobs, 10 s, no SM activity): the second job's 9.3 s rhythm,
+    # its power sampled every 10 s, beats with a 62 s period; its samples
+    # read below slow_ratio on two samples of one beat, 10 s after a 6 s CNP
+    # burst on its port, whose tail still held half the evidence window: an
+    # "ECN slowdown". Low work must outlast an iteration of the rhythm.
+    trace, incs = _replay_trace(52035, "pfc_nic_rx", "two_jobs", 10.0)
+    assert any(c.what == "ecn_burst_other" for c in trace.confounders)
+    (truth,) = trace.truth
+    assert [(i.kind, i.cause, i.culprit.key) for i in incs] == [
+        ("stall", truth.cause, truth.culprits[0])
+    ], [i.summary for i in incs]
+
+
+def test_a_gpu_late_back_from_an_exporter_gap_has_not_stopped_reporting() -> None:
+    # 60011 (noisy, 1 s, two jobs): dcgm-exporter missed 57 s; the first
+    # scrapes after it missed GPU 5's samples (noisy sampling), so the others
+    # were fresh again and GPU 5 still silent: "GPU 5 stopped reporting
+    # telemetry", a gpu_fault slowdown of the second job. They had all
+    # stopped together.
+    trace, incs = _replay_trace(60011, "link_down", "noisy", 1.0)
+    assert str(trace.params["gap"]).startswith("DCGM_")
+    (truth,) = trace.truth
+    assert [(i.kind, i.cause, i.culprit.key) for i in incs] == [
+        ("stall", truth.cause, truth.culprits[0])
+    ], [i.summary for i in incs]
+
+
+def test_a_gpu_that_fell_off_the_bus_stays_the_cause_after_it_leaves_the_job() -> None:
+    # 52010 (concurrent, 1 s, dcgm every 3 scrapes): GPU 1 hit XID 79 and
+    # its telemetry stopped before dcgm-exporter exported the XID; the seven
+    # others stalled a compute phase later. Its silence named the stall a GPU
+    # fault until, a minute on, GPU 1 no longer counted as running a job (no
+    # active sample within activity_window), and the stall fell to unknown.
+    trace, incs = _replay_trace(52010, "xid", "concurrent", 1.0)
+    (truth,) = trace.truth
+    assert truth.end - truth.onset > 60
+    assert _verdicts(incs) == [(truth.cause, truth.culprits[0])], [i.summary for i in incs]
