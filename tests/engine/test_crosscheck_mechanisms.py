@@ -727,3 +727,26 @@ def test_a_gpu_that_fell_off_the_bus_stays_the_cause_after_it_leaves_the_job() -
     (truth,) = trace.truth
     assert truth.end - truth.onset > 60
     assert _verdicts(incs) == [(truth.cause, truth.culprits[0])], [i.summary for i in incs]
+
+
+def test_a_pfc_storm_whose_first_sample_after_the_onset_is_partial_is_named() -> None:
+    # 53064 (noisy, 30 s, power only): a transmit storm at 92 % on the
+    # culprit port began 3 s before the end of the NIC sample the onset fell
+    # in, which read 12 %; the onset window ends a sample later, so the
+    # storm held 92 % on one sample and was there on two: "PFC pausing rose"
+    # (0.45, congestion-level) and the stall came out unknown.
+    trace, incs = _replay_trace(53064, "pfc_nic_tx", "noisy", 30.0)
+    (truth,) = trace.truth
+    assert _verdicts(incs) == [(truth.cause, truth.culprits[0])], [i.summary for i in incs]
+
+
+def test_a_link_down_first_seen_after_a_missed_scrape_is_dated_by_the_scrape_missed() -> None:
+    # 66057 (15 s): the link flapped a second before the stall; the NIC
+    # scrape after it was missed, so the link-down count first showed 30 s
+    # after the sample before, past the bound by which an event must show
+    # to have come before an onset dated on SM averages, and the stall came
+    # out unknown. Seen a scrape late, it happened no later than the
+    # missed scrape would have shown it.
+    trace, incs = _replay_trace(66057, "link_flap", "standard", 15.0)
+    (truth,) = trace.truth
+    assert _verdicts(incs) == [(truth.cause, truth.culprits[0])], [i.summary for i in incs]
