@@ -731,7 +731,7 @@ class Engine:
         ]
         return min(*onsets, ep.onset) if onsets else None
 
-    def _scope(self, ep: _Episode, now: float) -> frozenset[str]:
+    def _scope(self, ep: _Episode, now: float, members: list[GpuState]) -> frozenset[str]:
         """The stalled job's GPUs: those stalled in the episode, the GPUs of
         their job (process data, live), and job GPUs whose telemetry went
         silent (a GPU that fell off the bus stalls with the rest but reports
@@ -740,7 +740,8 @@ class Engine:
         before the onset) that has not reported since the stall began is
         silent already: where a job of four GPUs stalls because one fell off
         the bus, that GPU's XID explains the stall from the first idle poll,
-        not once its silence outlasted ``sample_max_age``."""
+        not once its silence outlasted ``sample_max_age``. ``members``: the
+        episode's job GPUs (:meth:`_members`)."""
         s = self._eff
         gpus = set(ep.gpus)
         states = self.detector.gpus
@@ -748,7 +749,7 @@ class Engine:
         mates: set[str] = set()
         for name in gpus:
             mates |= (ep.peers or {}).get(name, frozenset())
-        for g in self._members(ep):
+        for g in members:
             silent = now - g.last_sample > s.sample_max_age or (
                 g.gpu in mates and g.last_sample < ep.onset
             )
@@ -781,13 +782,14 @@ class Engine:
             ep.ports = assign_ports(
                 self.store, ep.peers, base - s.baseline_window, base - ep.lead, spacing=self.spacing
             )
+        members = self._members(ep)
         ctx = ScoreContext(
             self.store,
             replace(s, onset_lead=ep.lead),
             ep.onset,
             now,
             spacing=self.spacing,
-            scope=self._scope(ep, now),
+            scope=self._scope(ep, now, members),
             min_samples=min_samples,
             reach=self._comm_window() if ep.kind == "slowdown" else 0.0,
             slowdown=ep.kind == "slowdown",
@@ -796,7 +798,7 @@ class Engine:
             ports=ep.ports,
             base_onset=ep.base_onset,
         )
-        evidence = collect(ctx, {g.gpu: g.last_sample for g in self._members(ep)})
+        evidence = collect(ctx, {g.gpu: g.last_sample for g in members})
         if ep.kind == "slowdown":
             evidence = [e for e in evidence if e.cause.slows]
         missing = missing_groups(self.store, now, s.sample_max_age)
