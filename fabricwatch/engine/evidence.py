@@ -113,9 +113,14 @@ class ScoreContext:
         if self.min_samples < 2:
             return max(values)
         if self.slowdown:
-            # A slowdown lasts its whole window: evidence must hold on half of
-            # its samples (a burst inside it explains nothing).
-            return median(values)
+            # A slowdown lasts its whole window: evidence must hold on more
+            # than half of its samples (a burst inside it explains nothing).
+            # The lower median, a level most samples held: the median of an
+            # even count averages its middle two, and a 5 s burst straddling
+            # two of four 10 s samples averaged with a quiet one read 7,651x
+            # its baseline (cross-check seed 61038: an ECN "slowdown" of a
+            # job whose traffic beat one step of its sampling low).
+            return sorted(values)[(len(values) - 1) // 2]
         level = sustained(values)
         return min(level, values[-1]) if lasting else level
 
@@ -167,7 +172,13 @@ class ScoreContext:
         slack = 0.5 * sample_s if sample_s > self.tick else 0.0
         prev = -math.inf
         for t in on.times:
-            if t > end + slack and after >= 2:
+            # A sample after a missed scrape holds the missed one's interval:
+            # where that began inside the window, so does the sample (a
+            # latency scrape missed at the window's end left one slow sample
+            # of two after the onset, the other an interval the dated onset
+            # only just reached: cross-check seed 67033, 10 s, NFS 16x).
+            missed = t - prev > 1.5 * sample_s and prev <= end + slack
+            if t > end + slack and after >= 2 and not missed:
                 break
             start = t - sample_s if prev == -math.inf else prev
             if t >= self.onset - 0.5 * sample_s and 0.5 * (start + t) >= self.onset - sample_s:

@@ -340,8 +340,9 @@ def _gpu_state(engine: Engine) -> list[Any]:
     # was measured where the rhythm sets the throughput window.
     sparse = engine.spacing > engine.tick_s
     state.append(engine._comm_checked if sparse else None)
-    by_rhythm = engine._rhythm_s > 0  # whole iterations of it
-    state.append((engine._rhythm_s, engine._rhythm_at if by_rhythm else None))
+    rhythms = sorted((sorted(grp), r) for grp, r in engine._rhythms.items())
+    by_rhythm = any(r > 0 for _, r in rhythms)  # whole iterations of it
+    state.append((rhythms, engine._rhythm_at if by_rhythm else None))
     return state
 
 

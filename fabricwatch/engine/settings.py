@@ -184,9 +184,9 @@ class EngineSettings:
         10.0, "Write latency this many times its baseline is slow storage.", min=1.0
     )
     storage_latency_min: float = option(
-        0.05,
+        0.01,
         "Write latency (seconds) below this is never slow storage on NFS, remote or "
-        "unclassified paths.",
+        "unclassified paths (a healthy NFS write takes 1-10 ms).",
         min=0.0,
         duration=True,
     )

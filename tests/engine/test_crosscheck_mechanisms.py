@@ -750,3 +750,50 @@ def test_a_link_down_first_seen_after_a_missed_scrape_is_dated_by_the_scrape_mis
     trace, incs = _replay_trace(66057, "link_flap", "standard", 15.0)
     (truth,) = trace.truth
     assert _verdicts(incs) == [(truth.cause, truth.culprits[0])], [i.summary for i in incs]
+
+
+def test_each_job_of_a_two_job_node_keeps_its_own_rhythm() -> None:
+    # 70009 (two jobs, 1 s, dcgm every 2 scrapes): jobs of 6.6 s and 2.8 s
+    # iterations. One rhythm for the node, the median over all eight GPUs,
+    # read 8.7 s: neither job's. The first job's throughput window, four of
+    # those, cut its peaky NVLink cycle mid-iteration and its window means
+    # beat by 30 %; after an NVLink stall GPU 2's link stayed degraded (its
+    # traffic at 7 %, the job's work unchanged), and a beat of GPU 1 made
+    # the pair a "slowdown" of a job that was not slower. Each job's window
+    # is whole iterations of its own rhythm: only the stall is left.
+    trace, incs = _replay_trace(70009, "nvlink_crc", "two_jobs", 1.0)
+    periods = trace.params["periods"]
+    assert isinstance(periods, list) and len(periods) == 2
+    (truth,) = trace.truth
+    assert [(i.kind, i.cause, i.culprit.key) for i in incs] == [
+        ("stall", truth.cause, truth.culprits[0])
+    ], [i.summary for i in incs]
+
+
+def test_a_burst_straddling_two_of_four_window_samples_does_not_explain_a_slowdown() -> None:
+    # 61038 (two jobs, 10 s, power only): the second job's NVLink traffic,
+    # a 0.7 s rhythm averaged over 10 s samples, beat one step of its
+    # sampling (5 %) low for a while; a 5 s ECN burst on that job's port
+    # straddled two NIC samples of the 40 s throughput window, and the
+    # median of four (the mean of its middle two, a burst sample and a
+    # quiet one) read 7,651x the baseline: an "ECN slowdown" of a job that
+    # was not slower. A slowdown's evidence must hold on more than half of
+    # the window's samples; only the true slowdown of the first job is left.
+    trace, incs = _replay_trace(61038, "ecn_slow", "two_jobs", 10.0)
+    assert any(c.what == "ecn_burst_other" for c in trace.confounders)
+    (truth,) = trace.truth
+    assert [(i.kind, i.cause, sorted(i.gpus)) for i in incs] == [
+        ("slowdown", truth.cause, [str(g) for g in truth.gpus])
+    ], [i.summary for i in incs]
+
+
+def test_a_sample_after_a_scrape_missed_at_the_onset_windows_end_belongs_to_it() -> None:
+    # 67033 (noisy, 10 s, NFS 16x): the stall's onset, dated on SM averages,
+    # made the latency sample ending a second before the fault one of the
+    # two "after the onset"; the next was slow (52 ms) and the one after it
+    # was never scraped. The sample that followed covered the missed one's
+    # interval, which began inside the onset window, so it is in the window:
+    # slow on two samples, the stall is slow storage, not unknown.
+    trace, incs = _replay_trace(67033, "slowstore_nfs", "concurrent", 10.0)
+    (truth,) = trace.truth
+    assert _verdicts(incs) == [(truth.cause, truth.culprits[0])], [i.summary for i in incs]

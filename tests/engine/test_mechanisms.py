@@ -15,6 +15,8 @@ import io
 import math
 from collections.abc import Callable, Iterable
 
+import pytest
+
 from fabricwatch.engine import signals as sig
 from fabricwatch.engine.evidence import _latency_floor
 from fabricwatch.engine.incidents import Incident
@@ -145,6 +147,27 @@ def test_nvme_latency_at_fifty_times_its_baseline_is_slow_storage() -> None:
 
     incs = replay(node(1.0, 1200, (1002, 1060), extra=disk))
     assert [(i.cause, i.culprit.key) for i in incs] == [("storage_latency", "storage:nvme0n1")]
+
+
+@pytest.mark.parametrize("spacing", [1.0, 15.0, 30.0])
+def test_nfs_latency_at_fifteen_times_its_few_ms_baseline_is_slow_storage(spacing: float) -> None:
+    # A healthy NFS export answers small writes in 1-10 ms: 16x of 2.8 ms is
+    # 46 ms, under the 50 ms floor remote paths had, and the stall came out
+    # unknown (cross-check seed 85063, 30 s). The remote class's floor is a
+    # few healthy NFS writes (10 ms), the ratio to the baseline the rest.
+    totals: dict[str, float] = {}
+    path = "/mnt/ckpt-nfs"
+
+    def nfs(t: float, out: list[Sample]) -> None:
+        slow = 1000 <= t < 1300
+        out.append((T0 + t + 0.3, sig.ST_WRITE_LAT, (path,), 0.042 if slow else 0.0028))
+        written = counter(totals, "w", 2e7 * (0.8 if slow else 1.0), spacing)
+        out.append((T0 + t + 0.3, sig.ST_WRITE_BYTES, (path,), written))
+
+    incs = replay(node(spacing, 3600, (1002, 1300), extra=nfs))
+    assert [(i.cause, i.culprit.key) for i in incs] == [("storage_latency", f"storage:{path}")], [
+        i.summary for i in incs
+    ]
 
 
 def test_pause_frames_of_a_full_storm_on_a_25g_port_are_a_storm() -> None:
