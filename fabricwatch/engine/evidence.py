@@ -171,13 +171,17 @@ class ScoreContext:
         keep = 0
         slack = 0.5 * sample_s if sample_s > self.tick else 0.0
         prev = -math.inf
+        # The series' own spacing: one refreshed every other scrape is no
+        # series of missed scrapes.
+        own = median([b - a for a, b in pairwise(on.times)]) if len(on.times) > 2 else 0.0
+        step = max(sample_s, own)
         for t in on.times:
             # A sample after a missed scrape holds the missed one's interval:
             # where that began inside the window, so does the sample (a
             # latency scrape missed at the window's end left one slow sample
             # of two after the onset, the other an interval the dated onset
             # only just reached: cross-check seed 67033, 10 s, NFS 16x).
-            missed = t - prev > 1.5 * sample_s and prev <= end + slack
+            missed = t - prev > 1.5 * step and prev <= end + slack
             if t > end + slack and after >= 2 and not missed:
                 break
             start = t - sample_s if prev == -math.inf else prev
