@@ -22,12 +22,17 @@ Memory is bounded by configuration: each series keeps at most ``history``
 points, and series not refreshed for ``stale_after`` seconds are dropped (a NIC
 unplugged, a GPU lost).
 
-History is packed: one preallocated ``array('d')`` ring of (ts, value)
-pairs per series (16 bytes a point, no per-point Python object for the
-garbage collector to walk), and only for the families a reader of history
-names (``history_families``: the engine's); ``/metrics`` and MQTT read the
-latest value only. A ring is allocated full-size when its series is created,
-so the store's memory at start-up is already its steady-state memory.
+History is packed: two preallocated ``array('d')`` rings per series, its
+points' times and values (16 bytes a point, no per-point Python object for
+the garbage collector to walk), and only for the families a reader of
+history names (``history_families``: the engine's); ``/metrics`` and MQTT
+read the latest value only. Rings are allocated full-size when a series is
+created, so the store's memory at start-up is already its steady-state
+memory. The series a collector creates together as one family's
+:class:`~fabricwatch.readings.Columns` (a GPU's NVLink links: 18 per GPU and
+direction) are polled together and share one ring of times, 8 bytes a point
+less for each: a series whose points stop matching its siblings' (a skipped
+or an extra point) takes a copy of the times first.
 """
 
 from __future__ import annotations
@@ -61,19 +66,22 @@ _new_point = tuple.__new__  # Point(...) without NamedTuple's Python-level __new
 class History(Sequence[Point]):
     """Read-only view of one series' history ring: points oldest first.
 
-    A view made on each access of :attr:`Series.history`; it reads the ring in
+    A view made on each access of :attr:`Series.history`; it reads the rings in
     place (the store's next ingest may overwrite the oldest point).
     """
 
-    __slots__ = ("_n", "_order")
+    __slots__ = ("_n", "_order", "_ts")
 
-    def __init__(self, ring: array[float] | None, head: int, full: bool) -> None:
-        if ring is None:
+    def __init__(
+        self, ring_ts: array[float] | None, ring: array[float] | None, head: int, full: bool
+    ) -> None:
+        self._ts = ring_ts
+        if ring is None or ring_ts is None:
             self._order: tuple[array[float], int, int] | None = None
             self._n = 0
         else:
             self._order = (ring, head, len(ring) if full else head)
-            self._n = (len(ring) if full else head) // 2
+            self._n = len(ring) if full else head
 
     def __len__(self) -> int:
         return self._n
@@ -82,12 +90,12 @@ class History(Sequence[Point]):
         return self._n > 0
 
     def _index(self, i: int) -> int:
-        """Float offset of the i-th point (0 = oldest) in the ring."""
+        """Slot of the i-th point (0 = oldest) in the rings."""
         assert self._order is not None
         ring, head, used = self._order
         if used < len(ring):  # not wrapped yet: the oldest point is at 0
-            return 2 * i
-        off = head + 2 * i
+            return i
+        off = head + i
         return off - used if off >= used else off
 
     @overload
@@ -102,47 +110,47 @@ class History(Sequence[Point]):
         if not 0 <= index < self._n:
             msg = "history index out of range"
             raise IndexError(msg)
-        assert self._order is not None
-        ring = self._order[0]
+        assert self._order is not None and self._ts is not None
         k = self._index(index)
-        return _new_point(Point, (ring[k], ring[k + 1]))
+        return _new_point(Point, (self._ts[k], self._order[0][k]))
 
     def tail_times(self, n: int) -> list[float]:
         """The times of the newest ``n`` points (every point, when fewer), oldest
         first: read off the ring in place, without a :class:`Point` each."""
         m = min(n, self._n)
-        if self._order is None or m <= 0:
+        if self._order is None or self._ts is None or m <= 0:
             return []
-        ring, head, used = self._order
-        if used < len(ring):  # not wrapped: the newest point ends at ``used``
-            return ring[used - 2 * m : used : 2].tolist()
-        if head >= 2 * m:
-            return ring[head - 2 * m : head : 2].tolist()
-        return ring[used - (2 * m - head) :: 2].tolist() + ring[0:head:2].tolist()
+        ts = self._ts
+        _, head, used = self._order
+        if used < len(ts):  # not wrapped: the newest point ends at ``used``
+            return ts[used - m : used].tolist()
+        if head >= m:
+            return ts[head - m : head].tolist()
+        return ts[used - (m - head) :].tolist() + ts[0:head].tolist()
 
     def _offsets(self, newest_first: bool) -> Iterable[int]:
         if self._order is None:
             return ()
         ring, head, used = self._order
         if used < len(ring):
-            return range(used - 2, -1, -2) if newest_first else range(0, used, 2)
+            return range(used - 1, -1, -1) if newest_first else range(used)
         if newest_first:
-            return chain(range(head - 2, -1, -2), range(used - 2, head - 1, -2))
-        return chain(range(head, used, 2), range(0, head, 2))
+            return chain(range(head - 1, -1, -1), range(used - 1, head - 1, -1))
+        return chain(range(head, used), range(head))
 
     def __iter__(self) -> Iterator[Point]:
-        if self._order is None:
+        if self._order is None or self._ts is None:
             return
-        ring = self._order[0]
+        ring, ts = self._order[0], self._ts
         for k in self._offsets(False):
-            yield _new_point(Point, (ring[k], ring[k + 1]))
+            yield _new_point(Point, (ts[k], ring[k]))
 
     def __reversed__(self) -> Iterator[Point]:
-        if self._order is None:
+        if self._order is None or self._ts is None:
             return
-        ring = self._order[0]
+        ring, ts = self._order[0], self._ts
         for k in self._offsets(True):
-            yield _new_point(Point, (ring[k], ring[k + 1]))
+            yield _new_point(Point, (ts[k], ring[k]))
 
 
 @dataclass(slots=True)
@@ -155,10 +163,12 @@ class Series:
         history: recent points, oldest first; for counters, rates (empty for
             families the store keeps no history of).
         updated: monotonic time of the latest reading.
-        ring: the packed history ring (ts, value, ts, value, ...), or None;
-            written by the store only.
-        head: float offset in ``ring`` of the next point to write.
-        full: whether the ring has wrapped (every slot holds a point).
+        ring: the history ring of values (counters: rates), or None; written
+            by the store only.
+        ring_ts: the history ring of the points' times (None with ``ring``);
+            series created and polled together as columns share one.
+        head: slot in the rings of the next point to write.
+        full: whether the rings have wrapped (every slot holds a point).
         text_labels: the labels as the exposition writes them (sorted,
             escaped), cached here by ``/metrics`` so it dies with the series;
             one string for the series of every family with these labels.
@@ -170,6 +180,7 @@ class Series:
     value: float
     updated: float
     ring: array[float] | None
+    ring_ts: array[float] | None
     head: int = 0
     full: bool = False
     # The latest rate, or (the steady column path) only its per-second figure,
@@ -192,17 +203,28 @@ class Series:
     @property
     def history(self) -> History:
         """Recent points, oldest first (a view; see :class:`History`)."""
-        return History(self.ring, self.head, self.full)
+        return History(self.ring_ts, self.ring, self.head, self.full)
 
     def first_ts(self) -> float | None:
         """Time of the oldest point in :attr:`history` (None when it is empty),
         without a view."""
-        ring = self.ring
-        if ring is None:
+        ts = self.ring_ts
+        if ts is None:
             return None
         if self.full:
-            return ring[self.head]
-        return ring[0] if self.head else None
+            return ts[self.head]
+        return ts[0] if self.head else None
+
+    def ordered_rings(self) -> tuple[array[float], array[float]]:
+        """Copies of the history's times and values, oldest first (empty
+        without rings)."""
+        ts, ring = self.ring_ts, self.ring
+        if ts is None or ring is None:
+            return array("d"), array("d")
+        head = self.head
+        if self.full:
+            return ts[head:] + ts[:head], ring[head:] + ring[:head]
+        return ts[:head], ring[:head]
 
     def label_map(self) -> dict[str, str]:
         """Labels as a name -> value mapping (allocates; not for hot paths)."""
@@ -223,6 +245,11 @@ class _ColumnState:
     counters: FamilyCounters | None
     rings: bool = True
     """Whether any of ``series`` keeps a history ring (a series' ring never comes or goes)."""
+    times: array[float] | None = None
+    """The ring of times every one of ``series`` shares, and no other series
+    does (None: each has its own). Shared only while every one of them gets a
+    point on every poll (the steady path): anything else gives each its own
+    copy first (:meth:`SnapshotStore._own_times`)."""
 
 
 @dataclass(slots=True)
@@ -261,7 +288,7 @@ class SnapshotStore:
         self._stale_after = stale_after
         self._tracker = tracker or TrackerSettings()
         self._history_families = None if history_families is None else frozenset(history_families)
-        self._blank = array("d", (0.0, 0.0)) * history  # copied for each new ring
+        self._blank = array("d", (0.0,)) * history  # copied for each new ring
         # A lower bound of every series' ``updated``: expire() scans only when
         # some series may be older than its cutoff (it runs every tick).
         self._oldest = math.inf
@@ -361,8 +388,7 @@ class SnapshotStore:
         """The single readings of :meth:`ingest`, one by one."""
         rejected_before = result.rejected
         tracker = self._tracker
-        ring_floats = 2 * self._history
-        blank = self._blank
+        size = self._history
         isfinite = math.isfinite
         oldest = self._oldest
         seen = 0
@@ -389,8 +415,7 @@ class SnapshotStore:
                 if len(labels) != len(spec.labels):
                     result.reject("labels")
                     continue
-                s = Series(spec, labels, collector, value, ts, blank[:] if keep else None)
-                family[labels] = s
+                s = family[labels] = self._new_series(spec, labels, collector, value, ts, keep=keep)
             s.updated = ts
             if ts < oldest:  # noqa: PLR1730 - cheaper than min() on the hottest loop
                 oldest = ts
@@ -415,10 +440,10 @@ class SnapshotStore:
                 # Inline ring write: a method call per point would cost more
                 # than the write itself on this path.
                 h = s.head
-                ring[h] = ts
-                ring[h + 1] = point
-                h += 2
-                if h == ring_floats:
+                s.ring_ts[h] = ts  # type: ignore[index]
+                ring[h] = point
+                h += 1
+                if h == size:
                     h = 0
                     s.full = True
                 s.head = h
@@ -450,6 +475,8 @@ class SnapshotStore:
         key = (collector, col.name, col.source)
         st = self._columns.get(key)
         ts = now if col.ts is None else col.ts
+        if st is not None and st.times is not None and (bad or st.labels is not col.labels):
+            _own_times(st)  # off the steady path: the series may get points apart
         if st is None or st.labels is not col.labels:
             bound = None if bad else self._bind(collector, route, col, ts, st)
             if bound is None:
@@ -493,8 +520,9 @@ class SnapshotStore:
     def _steady_columns(self, st: _ColumnState, col: Columns, ts: float, is_counter: bool) -> None:
         """:meth:`_ingest_columns` when every value is valid: the value, rate and ring
         write of each series in one loop (the per-point work of :meth:`_write_points`;
-        without the ring write where no series of the family keeps history)."""
-        ring_floats = 2 * self._history
+        without the ring write where no series of the family keeps history).
+        Every series gets a point, so series sharing their times stay in step."""
+        size = self._history
         series = st.series
         if not is_counter:
             if not st.rings:
@@ -509,10 +537,10 @@ class SnapshotStore:
                 if ring is None:
                     continue
                 h = s.head
-                ring[h] = ts
-                ring[h + 1] = value
-                h += 2
-                if h == ring_floats:
+                s.ring_ts[h] = ts  # type: ignore[index]
+                ring[h] = value
+                h += 1
+                if h == size:
                     h = 0
                     s.full = True
                 s.head = h
@@ -543,10 +571,10 @@ class SnapshotStore:
             if ring is None:
                 continue
             h = s.head
-            ring[h] = ts
-            ring[h + 1] = point
-            h += 2
-            if h == ring_floats:
+            s.ring_ts[h] = ts  # type: ignore[index]
+            ring[h] = point
+            h += 1
+            if h == size:
                 h = 0
                 s.full = True
             s.head = h
@@ -555,19 +583,21 @@ class SnapshotStore:
         self, st: _ColumnState, rates: list[Rate | None], totals: list[float], ts: float
     ) -> None:
         """:meth:`_steady_columns` for rates made one by one (some None, or held)."""
-        ring_floats = 2 * self._history
+        size = self._history
+        if st.times is not None and None in rates and any(r is not None for r in rates):
+            _own_times(st)  # some get a point, some do not
         for s, rate, total in zip(st.series, rates, totals, strict=True):
             s.value = total
             s._rate = rate
             s.updated = ts
             ring = s.ring
-            if rate is None or ring is None:
+            if ring is None or rate is None:
                 continue
             h = s.head
-            ring[h] = ts
-            ring[h + 1] = rate[0]
-            h += 2
-            if h == ring_floats:
+            s.ring_ts[h] = ts  # type: ignore[index]
+            ring[h] = rate[0]
+            h += 1
+            if h == size:
                 h = 0
                 s.full = True
             s.head = h
@@ -580,8 +610,9 @@ class SnapshotStore:
         bad: Collection[int],
     ) -> None:
         """Mark ``series[i]`` updated at ``ts`` and add ``points[i]`` to its ring (None:
-        no point, a counter without a rate yet); skip the indexes in ``bad``."""
-        ring_floats = 2 * self._history
+        no point, a counter without a rate yet); skip the indexes in ``bad``
+        (the series have their own rings of times here)."""
+        size = self._history
         for i, s in enumerate(series):
             if bad and i in bad:
                 continue
@@ -592,9 +623,9 @@ class SnapshotStore:
                 continue
             # The ring write of the single-reading loop (inline there: hotter still).
             h = s.head
-            ring[h] = ts
-            ring[h + 1] = point
-            s.head = h = (h + 2) % ring_floats
+            s.ring_ts[h] = ts  # type: ignore[index]
+            ring[h] = point
+            s.head = h = (h + 1) % size
             if not h:
                 s.full = True
 
@@ -636,14 +667,14 @@ class SnapshotStore:
             rows = {id(s): i for i, s in enumerate(old.series)}
         fc = FamilyCounters(self._tracker, bits) if is_counter else None
         series: list[Series] = []
-        blank = self._blank
         epochs = col.epochs
+        new = 0
         for i, (labels, value) in enumerate(zip(col.labels, col.values, strict=True)):
             epoch = col.epoch if epochs is None else epochs[i]
             s = family.get(labels)
             if s is None:
-                s = Series(spec, labels, collector, value, ts, blank[:] if keep else None)
-                family[labels] = s
+                s = family[labels] = self._new_series(spec, labels, collector, value, ts, keep=keep)
+                new += 1
                 if fc is not None:
                     fc.add(value, ts, epoch)  # first sample: update() gives None
             elif fc is not None:
@@ -665,7 +696,36 @@ class SnapshotStore:
                 if s_id not in kept:
                     gone = old.series[row]
                     gone.counter = old.counters.state(row)
-        return _ColumnState(col.labels, series, fc, any(s.ring is not None for s in series))
+        state = _ColumnState(col.labels, series, fc, any(s.ring is not None for s in series))
+        if keep and new == len(series) > 1:
+            # Created together, polled together from now on: one ring of times.
+            state.times = series[0].ring_ts
+            for s in series[1:]:
+                s.ring_ts = state.times
+        return state
+
+    def _new_series(
+        self,
+        spec: MetricSpec,
+        labels: tuple[str, ...],
+        collector: str,
+        value: float,
+        ts: float,
+        *,
+        keep: bool,
+    ) -> Series:
+        """A series with its first value and, where its family keeps history,
+        empty rings of times and values."""
+        blank = self._blank
+        return Series(
+            spec,
+            labels,
+            collector,
+            value,
+            ts,
+            blank[:] if keep else None,
+            blank[:] if keep else None,
+        )
 
     def expire(self, now: float) -> int:
         """Drop series not updated for ``stale_after`` seconds; return how many."""
@@ -692,6 +752,8 @@ class SnapshotStore:
         for (_, name, _), st in self._columns.items():
             if name not in names:
                 continue
+            if st.times is not None:
+                _own_times(st)
             live = self._by_name[name]
             keep = [i for i, s in enumerate(st.series) if live.get(s.labels) is s]
             old_fc = st.counters
@@ -711,24 +773,28 @@ class SnapshotStore:
         points added. The rings are preallocated, so this must not change RSS.
         """
         added = 0
+        # A ring of times shared by series in step is shifted once.
+        padded: dict[int, array[float]] = {}
         for s in self._all():
-            ring = s.ring
-            if ring is None or s.full or s.head == 0:
+            ring, ts = s.ring, s.ring_ts
+            if ring is None or ts is None or s.full or s.head == 0:
                 continue
             # Shift the points to the end of the ring and repeat the oldest
             # one before them, a little older each time.
             used = s.head
-            points = ring[:used]
-            first_ts, first_v = points[0], points[1]
-            n_pad = (len(ring) - used) // 2
-            pad = array("d")
-            for k in range(n_pad, 0, -1):
-                pad.append(first_ts - k * 1e-6)
-                pad.append(first_v)
-            ring[:] = pad + points
+            n_pad = len(ring) - used
+            if id(ts) not in padded:
+                first_ts = ts[0]
+                pad_ts = array("d", (first_ts - k * 1e-6 for k in range(n_pad, 0, -1)))
+                padded[id(ts)] = pad_ts + ts[:used]
+            ring[:] = array("d", (ring[0],)) * n_pad + ring[:used]
             s.head = 0
             s.full = True
             added += n_pad
+        for s in self._all():
+            ts = s.ring_ts
+            if ts is not None and id(ts) in padded:
+                ts[:] = padded[id(ts)]
         return added
 
     def get(self, name: str, labels: tuple[str, ...]) -> Series | None:
@@ -757,6 +823,18 @@ class SnapshotStore:
     def _all(self) -> Iterator[Series]:
         """Every series, family by family (a live view: not while one is added or dropped)."""
         return chain.from_iterable(family.values() for family in self._by_name.values())
+
+
+def _own_times(st: _ColumnState) -> None:
+    """Give each series of ``st`` its own copy of the ring of times they
+    share, before any of them gets a point the others do not (or misses one)."""
+    shared = st.times
+    if shared is None:
+        return
+    for s in st.series:
+        if s.ring_ts is shared:
+            s.ring_ts = array("d", shared)
+    st.times = None
 
 
 def _invalid(values: Sequence[float], is_counter: bool) -> dict[int, str]:

@@ -9,7 +9,6 @@ replay share one shape.
 from __future__ import annotations
 
 import math
-from array import array
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -160,15 +159,12 @@ class Window:
 
 
 def _columns(series: Series) -> tuple[memoryview[float], memoryview[float]]:
-    """The history's timestamps and values, oldest first (strided views of one copy of the ring)."""
-    ring = series.ring
-    if ring is None:
-        flat = array("d")
-    else:
-        head = series.head
-        flat = ring[head:] + ring[:head] if series.full else ring[:head]
-    view = cast("memoryview[float]", memoryview(flat))
-    return view[0::2], view[1::2]
+    """The history's timestamps and values, oldest first (views of copies of the rings)."""
+    times, values = series.ordered_rings()
+    return (
+        cast("memoryview[float]", memoryview(times)),
+        cast("memoryview[float]", memoryview(values)),
+    )
 
 
 def _visited(times: memoryview[float], start: float) -> tuple[int, list[float]] | None:
@@ -200,15 +196,14 @@ def _suffix(series: Series, start: float) -> tuple[memoryview[float], list[float
     the ring, when its visited times are finite, in order and begin older
     than ``start`` (then the walk stops inside them, whatever lies before).
     """
-    ring, head = series.ring, series.head
-    if ring is not None and head >= 4:
-        view = cast("memoryview[float]", memoryview(ring))[:head]
-        times = view[0::2]
+    ring, ring_ts, head = series.ring, series.ring_ts, series.head
+    if ring is not None and ring_ts is not None and head >= 2:
+        times = cast("memoryview[float]", memoryview(ring_ts))[:head]
         p = bisect_left(times, start)
         if p > 0:
             seen = cast("list[float]", times[p - 1 :].tolist())
             if seen[0] < start and seen == sorted(seen) and math.isfinite(sum(seen)):
-                return view[2 * p - 1 :: 2], seen
+                return cast("memoryview[float]", memoryview(ring))[p - 1 : head], seen
     times, values = _columns(series)
     found = _visited(times, start)
     if found is None:

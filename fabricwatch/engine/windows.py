@@ -56,12 +56,11 @@ class _Mirror:
 
     def rebuild(self) -> None:
         s = self.series
-        ring = s.ring
-        assert ring is not None  # callers check
-        flat = ring[s.head :] + ring[: s.head] if s.full else ring[: s.head]
+        assert s.ring is not None  # callers check
+        times, values = s.ordered_rings()
         self.head, self.full = s.head, s.full
-        self.times = flat[0::2].tolist()
-        self.values = flat[1::2].tolist()
+        self.times = times.tolist()
+        self.values = values.tolist()
         self.start = 0
         self.last_inversion = self.last_non_finite = -1
         self._flag(0)
@@ -83,37 +82,40 @@ class _Mirror:
     def sync(self) -> None:
         """Take in the points written to the ring since the last sync."""
         s = self.series
-        ring = s.ring
-        assert ring is not None  # callers check
+        ring, ring_ts = s.ring, s.ring_ts
+        assert ring is not None and ring_ts is not None  # callers check
         head, old = s.head, self.head
         times = self.times
         if head == old and s.full == self.full:
-            if times and ring[head - 2] != times[-1]:
+            if times and ring_ts[head - 1] != times[-1]:
                 self.rebuild()  # a whole ring of new points went by
             return
         # The mirror's newest point must still be in the ring where it was
         # written (not written over by a ring's worth of newer points).
-        if not times or ring[old - 2] != times[-1] or ring[old - 1] != self.values[-1]:
+        if not times or ring_ts[old - 1] != times[-1] or ring[old - 1] != self.values[-1]:
             self.rebuild()
             return
         self.head, self.full = head, s.full
-        if head == old + 2:
+        if head == old + 1:
             # One new point (the usual case at one sample a tick): no copies.
-            t = ring[old]
+            t = ring_ts[old]
             if t < times[-1]:
                 self.last_inversion = self.start + len(times)
             if not math.isfinite(t):
                 self.last_non_finite = self.start + len(times)
             times.append(t)
-            self.values.append(ring[old + 1])
+            self.values.append(ring[old])
         else:
-            new = ring[old:head] if head > old else ring[old:] + ring[:head]
             at = len(times)
-            times.extend(new[0::2].tolist())
-            self.values.extend(new[1::2].tolist())
+            if head > old:
+                times.extend(ring_ts[old:head].tolist())
+                self.values.extend(ring[old:head].tolist())
+            else:
+                times.extend(ring_ts[old:].tolist() + ring_ts[:head].tolist())
+                self.values.extend(ring[old:].tolist() + ring[:head].tolist())
             self._flag(at)
-        # The ring holds its newest size / 2 points only.
-        over = len(times) - len(ring) // 2
+        # The ring holds its newest size points only.
+        over = len(times) - len(ring)
         if over > 0:
             self._drop(over)
         if len(times) >= self.trim_at:

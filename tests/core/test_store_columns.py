@@ -278,3 +278,28 @@ def test_steady_columns_equal_single_readings_through_the_store(
         want = by_readings.ingest("gpu", singles, now)
         assert (got.accepted, got.reasons) == (want.accepted, want.reasons)
         assert _snapshot(by_columns) == _snapshot(by_readings)
+
+
+def test_series_created_together_as_columns_share_one_ring_of_times() -> None:
+    """A GPU's links are polled together: their series keep one ring of times
+    (8 bytes a point less each) until their points stop matching; then each
+    has its own copy, with the points it had."""
+    store, _ = _stores(10.0, 5.0, 30.0)
+    b = ColumnsBuilder(G.name)
+    links = [("0", str(i)) for i in range(3)]
+    for k in range(3):
+        store.ingest("gpu", Batch([], [b.columns(links, [1.0, 1.0, 0.0])]), float(k))
+    a, c, d = (store.get(G.name, lab) for lab in links)
+    assert a is not None and c is not None and d is not None
+    assert a.ring_ts is not None and a.ring_ts is c.ring_ts is d.ring_ts
+    # Link 2 goes missing from one poll: the others get a point it does not.
+    store.ingest("gpu", Batch([], [b.columns(links[:2], [1.0, 0.0])]), 3.0)
+    assert d.ring_ts is not a.ring_ts and c.ring_ts is not a.ring_ts
+    assert [p.ts for p in a.history] == [0.0, 1.0, 2.0, 3.0]
+    assert [p.ts for p in d.history] == [0.0, 1.0, 2.0]
+    assert [p.value for p in c.history] == [1.0, 1.0, 1.0, 0.0]
+    # A family that keeps no history has no rings to share.
+    store.set_history_families(())
+    b2 = ColumnsBuilder(C64.name)
+    store.ingest("gpu", Batch([], [b2.columns(links, [1.0, 2.0, 3.0])]), 4.0)
+    assert all(s.ring_ts is None for s in store.family(C64.name))

@@ -122,7 +122,7 @@ def test_a_series_without_a_ring() -> None:
     bare.register("nvml", [sig.SIGNAL_SPECS[sig.GPU_SM]])
     bare.ingest("nvml", [Reading(sig.GPU_SM, ("0",), 1.0, 100.0)], now=100.0)
     ringless = bare.get(sig.GPU_SM, ("0",))
-    assert ringless is not None and ringless.ring is None
+    assert ringless is not None and ringless.ring is None and ringless.ring_ts is None
     mirrors = HistoryMirrors()
     assert mirrors.chunk_means(ringless, 100.0, 1.0, 1) is None
     assert not mirrors.values(ringless, 0.0, 200.0)

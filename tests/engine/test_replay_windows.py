@@ -125,6 +125,6 @@ def test_empty_and_single_point_histories() -> None:
     bare.register("nvml", [sig.SIGNAL_SPECS[sig.GPU_SM]])
     bare.ingest("nvml", [Reading(sig.GPU_SM, ("0",), 1.0, 100.0)], now=100.0)
     ringless = bare.get(sig.GPU_SM, ("0",))
-    assert ringless is not None and ringless.ring is None
+    assert ringless is not None and ringless.ring is None and ringless.ring_ts is None
     assert not sig.window(ringless, 0.0, 200.0)
     assert sig.chunk_means(ringless, 100.0, 1.0, 1) is None
