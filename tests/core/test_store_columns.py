@@ -286,7 +286,7 @@ def test_series_created_together_as_columns_share_one_ring_of_times() -> None:
     has its own copy, with the points it had."""
     store, _ = _stores(10.0, 5.0, 30.0)
     b = ColumnsBuilder(G.name)
-    links = [("0", str(i)) for i in range(3)]
+    links: list[tuple[str, ...]] = [("0", str(i)) for i in range(3)]
     for k in range(3):
         store.ingest("gpu", Batch([], [b.columns(links, [1.0, 1.0, 0.0])]), float(k))
     a, c, d = (store.get(G.name, lab) for lab in links)
