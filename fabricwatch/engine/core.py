@@ -208,10 +208,8 @@ class Engine:
         # _Change.fell_clearly).
         self._comm_found = 0.0
         self._comm_clear = False
-        # The slow GPUs whose fall two samples of the window carry (see _held),
-        # and whether a job has enough slow GPUs without them.
+        # The slow GPUs whose fall two samples of the window carry (see _held).
         self._comm_dips: frozenset[str] = frozenset()
-        self._comm_held = False
         self._stall_end = -math.inf
         self._slow_end = -math.inf  # last bad tick of the last slowdown incident's episode
         # Each job's iteration period as last measured (0 where none shows),
@@ -589,7 +587,7 @@ class Engine:
                 if left is not None:
                     left[0] += 1
         kept: list[GpuState] = []
-        clearly = held = False
+        clearly = False
         for grp in groups:
             names = {g.gpu for g in grp}
             mine = [g for g in out if g.gpu in names]
@@ -597,14 +595,12 @@ class Engine:
             if len(mine) >= need:
                 kept.extend(mine)
                 clearly = clearly or sum(g.gpu in clear for g in mine) >= need
-                held = held or sum(g.gpu not in dips for g in mine) >= need
         out = kept
         if out and not self._comm_gpus:
             self._comm_since = now - max(width[g.gpu][0] for g in out) / 2
             self._comm_found = now
         self._comm_clear = clearly
         self._comm_dips = frozenset(dips)
-        self._comm_held = held
         self._comm_gpus = out
         return out
 
@@ -1049,12 +1045,10 @@ class Engine:
         check or two) is one observation however many checks see it. Such a
         verdict must hold until the window took in a tenth of its samples
         anew (3 checks at 1 s; at once where a window is ten samples or
-        fewer, as at 5-30 s). A fall of twice the noise opens at once, and
-        so does strong evidence of a cause that halts a job (as for a stall)
-        once ``slow_gpus_ratio`` of the job's GPUs fell without their
-        window's two lowest samples. A shallow fall that two samples of the
-        window carry (:meth:`_held`: a pause or a burst inside it) waits
-        until it holds without them. Work
+        fewer, as at 5-30 s). A fall of twice the noise or strong evidence
+        of a cause that halts a job (as for a stall) opens at once. A
+        shallow fall that two samples of the window carry (:meth:`_held`: a
+        pause or a burst inside it) waits until it holds without them. Work
         below ``slow_ratio`` of its baseline opens once it lasted an
         iteration of the job's rhythm (as the throughput window holds whole
         ones): sampled near its own period, a job's work beats, and its
@@ -1062,17 +1056,7 @@ class Engine:
         52035: a 9.3 s rhythm's power at 10 s read slow on two samples of a
         62 s beat, next to the tail of a CNP burst)."""
         s = self._eff
-        if self._comm_clear:
-            return True
-        if not any(g.slow for g in bad) and not self._comm_held:
-            # Too few of the job's GPUs fell without their window's lowest
-            # samples, whatever the evidence: the rest is a pause inside the
-            # window (cross-check seed 87069, 30 s: seven GPUs' evaluation
-            # pause in one sample of four, next to one whose degraded link
-            # kept its traffic low after an NVLink stall, and that link's
-            # collapse, strong evidence, named the job's pause a slowdown).
-            return False
-        if attr.cause.halts and attr.score >= s.strong_evidence:
+        if self._comm_clear or (attr.cause.halts and attr.score >= s.strong_evidence):
             return True
         if all(g.slow for g in bad):
             return latest - ep.run_onset >= self._job_rhythm(ep.gpus) - 1e-9
