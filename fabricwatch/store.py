@@ -31,8 +31,9 @@ created, so the store's memory at start-up is already its steady-state
 memory. The series a collector creates together as one family's
 :class:`~fabricwatch.readings.Columns` (a GPU's NVLink links: 18 per GPU and
 direction) are polled together and share one ring of times, 8 bytes a point
-less for each: a series whose points stop matching its siblings' (a skipped
-or an extra point) takes a copy of the times first.
+less for each, while every one of them gets a point on every poll; before
+their points may differ (an invalid value, a missing rate, a series absent
+from a poll or fed alone, expiry) each takes its own copy of the times.
 """
 
 from __future__ import annotations
@@ -249,7 +250,7 @@ class _ColumnState:
     """The ring of times every one of ``series`` shares, and no other series
     does (None: each has its own). Shared only while every one of them gets a
     point on every poll (the steady path): anything else gives each its own
-    copy first (:meth:`SnapshotStore._own_times`)."""
+    copy first (:func:`_own_times`)."""
 
 
 @dataclass(slots=True)
