@@ -171,18 +171,8 @@ class ScoreContext:
         keep = 0
         slack = 0.5 * sample_s if sample_s > self.tick else 0.0
         prev = -math.inf
-        # The series' own spacing: one refreshed every other scrape is no
-        # series of missed scrapes.
-        own = median([b - a for a, b in pairwise(on.times)]) if len(on.times) > 2 else 0.0
-        step = max(sample_s, own)
         for t in on.times:
-            # A sample after a missed scrape holds the missed one's interval:
-            # where that began inside the window, so does the sample (a
-            # latency scrape missed at the window's end left one slow sample
-            # of two after the onset, the other an interval the dated onset
-            # only just reached: cross-check seed 67033, 10 s, NFS 16x).
-            missed = t - prev > 1.5 * step and prev <= end + slack
-            if t > end + slack and after >= 2 and not missed:
+            if t > end + slack and after >= 2 and not self._after_missed(on, t, prev, end + slack):
                 break
             start = t - sample_s if prev == -math.inf else prev
             if t >= self.onset - 0.5 * sample_s and 0.5 * (start + t) >= self.onset - sample_s:
@@ -192,6 +182,20 @@ class ScoreContext:
         if keep < len(on.times):
             on = Window(on.values[:keep], on.times[:keep])
         return on, self._base(s)
+
+    def _after_missed(self, on: Window, t: float, prev: float, end: float) -> bool:
+        """Whether the sample at ``t`` follows a scrape missed inside the
+        onset window (ending at ``end``): it holds the missed one's interval,
+        so it is in the window too (a latency scrape missed at the window's
+        end left one slow sample of two after the onset, the other an
+        interval the dated onset only just reached: cross-check seed 67033,
+        10 s, NFS 16x). Missed is judged against the series' own spacing: one
+        refreshed every other scrape misses none (84002)."""
+        if prev > end:
+            return False
+        gaps = [b - a for a, b in pairwise(on.times)]
+        own = median(gaps) if len(gaps) > 1 else 0.0
+        return t - prev > 1.5 * max(self.tick, self.spacing, own)
 
     def _base(self, s: Series) -> Window:
         """The baseline window of one series: before ``base_onset`` where set
