@@ -182,8 +182,20 @@ def _scrape_times(b: _Builder, offset: float) -> FArray:
     return np.asarray(times, dtype=np.float64)
 
 
-def generate(seed: int, scenario: str, variant: str, spacing: float) -> Trace:
-    """Generate one trace; deterministic in its arguments."""
+def generate(
+    seed: int,
+    scenario: str,
+    variant: str,
+    spacing: float,
+    *,
+    allreduce_loss: tuple[float, float] | None = None,
+) -> Trace:
+    """Generate one trace; deterministic in its arguments.
+
+    ``allreduce_loss`` (ecn_slow only): draw the slowdown as a loss of
+    all-reduce throughput in that range (issue 16 names 30-70 %), the
+    compute phase unchanged, instead of stretching the whole iteration
+    1.4-3x (which loses 47-95 % of it). The rest of the trace is the same."""
     rng = random.Random(f"{seed}:{scenario}:{variant}:{spacing}")
     s = spacing
     two_jobs = variant == "two_jobs" or (variant == "noisy" and rng.random() < 0.3)
@@ -245,6 +257,11 @@ def generate(seed: int, scenario: str, variant: str, spacing: float) -> Trace:
         # Congestion stretches the communication phase: the iteration takes
         # 1.4-3x as long, all-reduce throughput drops 30-70 %.
         stretch = rng.uniform(1.4, 3.0)
+        if allreduce_loss is not None:
+            lo, hi = allreduce_loss
+            loss = lo + (stretch - 1.4) / 1.6 * (hi - lo)  # the same draw, mapped
+            params["allreduce_loss"] = round(loss, 3)
+            stretch = job.compute_frac + (1 - job.compute_frac) / (1 - loss)
         params["stretch"] = round(stretch, 2)
         p2 = job.period * stretch
         comm2 = p2 - job.compute_frac * job.period

@@ -64,3 +64,21 @@ def test_same_arguments_same_trace() -> None:
     a = gen.generate(11, "checkpoint_nvme", "noisy", 5.0)
     b = gen.generate(11, "checkpoint_nvme", "noisy", 5.0)
     assert a.text == b.text and a.truth == b.truth
+
+
+def test_a_slowdown_drawn_as_an_allreduce_loss_keeps_the_compute_phase() -> None:
+    # The same draw mapped into the range: the rest of the trace is unchanged,
+    # and the exchange is slower by the drawn share, the compute phase not.
+    deep = gen.generate(7, "ecn_slow", "standard", 5.0)
+    shallow = gen.generate(7, "ecn_slow", "standard", 5.0, allreduce_loss=(0.3, 0.7))
+    loss = shallow.params["allreduce_loss"]
+    assert isinstance(loss, float) and 0.3 <= loss < 0.7
+    assert "allreduce_loss" not in deep.params
+    assert deep.truth == shallow.truth and deep.confounders == shallow.confounders
+    fracs, periods = shallow.params["compute_frac"], shallow.params["periods"]
+    assert isinstance(fracs, list) and isinstance(periods, list)
+    comm = (1 - float(fracs[0])) * float(periods[0])
+    assert shallow.params["comm_stretched_s"] == pytest.approx(comm / (1 - loss), abs=0.01)
+    stretch, deeper = shallow.params["stretch"], deep.params["stretch"]
+    assert isinstance(stretch, float) and isinstance(deeper, float)
+    assert 1.0 < stretch < deeper
