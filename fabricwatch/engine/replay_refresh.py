@@ -57,24 +57,34 @@ def refresh_steps(changes: Sequence[float], step: float) -> int:
     """How many scrapes ``step`` apart one refresh spans, from the times at
     which values changed (1: every scrape can be new).
 
-    ``k`` is the commonest interval between changes, in scrapes; the data is
-    slow-refresh when ``k >= 2``, at least :data:`REGULAR` of those intervals
-    are whole multiples of ``k`` (a value that held over several refreshes
-    gives a multiple) and at most :data:`SHORT` are shorter than ``k``. Data
-    that changes at random (the commonest interval is one scrape), rarely
-    (fewer than :data:`MIN_CHANGES` changes) or at irregular intervals is not."""
+    The data is slow-refresh when its commonest interval between changes,
+    in scrapes, is two or more; ``k`` is then the largest divisor of that
+    interval (itself included, 2 at least) of which at least
+    :data:`REGULAR` of the intervals are whole multiples (a value that held
+    over several refreshes gives a multiple) and at most :data:`SHORT` are
+    shorter. The commonest interval is itself a multiple where values
+    often hold over refreshes: a GPU group whose every series is flat or
+    aliased by its rhythm (a 1.48 s iteration read every 3 s moves its
+    1 s averages a grid step every 2-3 refreshes) changed every 9 scrapes
+    more often than every 3, and read as fresh every scrape, its held
+    samples as new ones (cross-check seed 2041). Data that changes at
+    random (the commonest interval is one scrape), rarely (fewer than
+    :data:`MIN_CHANGES` changes) or at irregular intervals is not."""
     if len(changes) <= MIN_CHANGES or step <= 0:
         return 1
     gaps = [g for g in (round((b - a) / step) for a, b in pairwise(changes)) if g >= 1]
     counts = Counter(g for g in gaps if g <= MAX_STEPS)
     if not counts:
         return 1
-    k = counts.most_common(1)[0][0]
-    if k < 2:
-        return 1
-    regular = sum(g % k == 0 for g in gaps) / len(gaps)
-    short = sum(g < k for g in gaps) / len(gaps)
-    return k if regular >= REGULAR and short <= SHORT else 1
+    common = counts.most_common(1)[0][0]
+    for k in range(common, 1, -1):
+        if common % k:
+            continue
+        regular = sum(g % k == 0 for g in gaps) / len(gaps)
+        short = sum(g < k for g in gaps) / len(gaps)
+        if regular >= REGULAR and short <= SHORT:
+            return k
+    return 1
 
 
 def _step(times: Sequence[float]) -> float:

@@ -81,6 +81,38 @@ def test_a_gauge_that_truly_holds_still_is_not_read_as_slow_refresh() -> None:
     assert periods == {}
 
 
+def test_the_refresh_period_is_read_where_values_often_hold_over_refreshes() -> None:
+    # Changes every 9 scrapes more often than every 3 (values held over two
+    # or three refreshes: flat or aliased signals), yet every interval a
+    # multiple of 3: the exporter refreshes every 3 scrapes, not every 9
+    # (with 9 only 38 % of the intervals were multiples and the data read
+    # as fresh: cross-check seed 2041).
+    gaps = [9] * 38 + [3] * 26 + [6] * 24 + [12] * 10 + [24]
+    random.Random(6).shuffle(gaps)
+    changes = list(itertools.accumulate(gaps, initial=0))
+    assert refresh_steps([float(c) for c in changes], 1.0) == 3
+    # Intervals of 3 and 4 scrapes alike share no refresh period.
+    mixed = itertools.accumulate([3, 4, 3] * 15, initial=0)
+    assert refresh_steps([float(c) for c in mixed], 1.0) == 1
+
+
+def test_held_repeats_of_a_flat_aliased_gpu_group_are_dropped() -> None:
+    # The trace of 2041 (1 s, dcgm every 3 scrapes, power only): a 1.5 s
+    # evaluation pause read idle on the three scrapes of one refresh, next
+    # to a write burst on another disk, opened a 2 s "checkpoint". Its GPU
+    # samples are one refresh apart and the pause one sample: no incident but
+    # the job's slowdown.
+    trace = gen.generate(2041, "ecn_slow", "missing_family", 1.0)
+    assert trace.params.get("slow_refresh") == "dcgm every 3 scrapes"
+    assert any(c.what == "eval_pause+disk_burst" for c in trace.confounders)
+    samples, mapper = _mapped(trace.text.removesuffix("# EOF\n"))
+    assert mapper.dropped.get("held_repeat", 0) > 0
+    power = _series(samples, sig.GPU_POWER, ("0",))
+    assert sig.median([b[0] - a[0] for a, b in itertools.pairwise(power)]) == 3.0
+    incs = [tr.incident for tr in run_replay(samples).incidents()]
+    assert [(i.kind, i.cause) for i in incs] == [("slowdown", "unknown")], [i.summary for i in incs]
+
+
 def test_one_held_series_in_a_fresh_group_keeps_its_samples() -> None:
     # A fresh exporter whose series change every scrape, with one swapped
     # pair of samples: noise between refreshes is no refresh period.
