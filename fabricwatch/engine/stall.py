@@ -23,6 +23,14 @@ from fabricwatch.store import Series, SnapshotStore
 _SMOOTH = 3
 BASELINE_EPOCH = 240.0
 """Seconds of sample time per epoch of the slow baseline (see ``GpuState.baseline``)."""
+_BOARD_IDLE_MAX = 0.5
+"""Highest share of a GPU's observed peak draw that the device class's board
+power makes idle. The board power is the highest limit of the class, not
+this GPU's: an H100 capped at 400 W peaks at 340 W, and a quarter of its
+700 W board read 52 % of that peak as idle, so samples that were part
+exchange (at 60 % of the peak) and part evaluation pause read idle too and
+a 1.7 s pause stood idle on three 1 s samples (cross-check seed 93011). A
+GPU at half its own peak is working; a hang draws a little above idle."""
 
 
 @dataclass(slots=True)
@@ -233,8 +241,10 @@ class StallDetector:
             threshold = self._power_threshold(ref)
             if ref == st.peak_power and st.gpu in self._board:
                 # No limit: idle_power_ratio of the device class's board power
-                # is idle too (what the limit gives live), on the peak's scale.
-                threshold = max(threshold, s.idle_power_ratio * self._board[st.gpu] / ref)
+                # is idle too (what the limit gives live), on the peak's scale,
+                # but never half the GPU's own peak or more (_BOARD_IDLE_MAX).
+                board = s.idle_power_ratio * self._board[st.gpu] / ref
+                threshold = max(threshold, min(_BOARD_IDLE_MAX, board))
             ts, signal = power.updated, "power"
         elif util is not None and now - util.updated <= age:
             work, threshold, ts, signal = util.value, s.idle_util_ratio, util.updated, "utilization"

@@ -810,3 +810,16 @@ def test_a_series_refreshed_every_other_scrape_has_no_missed_scrapes() -> None:
     assert "alternate scrapes" in str(trace.params["slow_refresh"])
     (truth,) = trace.truth
     assert _verdicts(incs) == [(truth.cause, truth.culprits[0])], [i.summary for i in incs]
+
+
+def test_a_pause_on_gpus_capped_below_their_board_power_is_no_checkpoint() -> None:
+    # 93011 (1 s, power only, no limit exported): H100s capped at 400 W peak
+    # at 336 W; a quarter of the class's 700 W board power is 52 % of that.
+    # A 1.7 s evaluation pause inside an exchange (60 % of the peak) made
+    # the samples on both sides of it, part exchange, read idle as well:
+    # idle on three samples with a write burst on another disk, a 2 s
+    # "checkpoint". Half its own peak is no idle draw for a GPU.
+    trace, incs = _replay_trace(93011, "link_down", "concurrent", 1.0)
+    assert any(c.what == "eval_pause+disk_burst" for c in trace.confounders)
+    (truth,) = trace.truth
+    assert _verdicts(incs) == [(truth.cause, truth.culprits[0])], [i.summary for i in incs]
