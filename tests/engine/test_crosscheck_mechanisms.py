@@ -812,6 +812,23 @@ def test_a_series_refreshed_every_other_scrape_has_no_missed_scrapes() -> None:
     assert _verdicts(incs) == [(truth.cause, truth.culprits[0])], [i.summary for i in incs]
 
 
+def test_one_look_at_an_aliased_rhythm_past_slow_ratio_opens_no_slowdown() -> None:
+    # 3031 (ramp, 1 s, dcgm every 2 scrapes, power only): an 11 s rhythm
+    # whose 1.9 s exchange is caught whole, in part or not at all by 1 s
+    # samples 2 s apart. Its 33 s throughput window means swung by 25-70 %
+    # from one check to the next, and one check of them 25 % low (past
+    # slow_ratio, inside the history's own 69 % spread) opened an "ECN
+    # slowdown" a minute before the real one, on the CNPs of the ramp. A
+    # verdict from one look must stand out from the history's spread.
+    trace, incs = _replay_trace(3031, "ecn_slow", "ramp", 1.0)
+    assert trace.params["ramp_s"] and trace.params.get("slow_refresh")
+    (truth,) = trace.truth
+    assert [(i.kind, i.cause) for i in incs] == [("slowdown", truth.cause)], [
+        i.summary for i in incs
+    ]
+    assert abs(incs[0].onset - truth.onset) < 30.0
+
+
 def test_a_pause_on_gpus_capped_below_their_board_power_is_no_checkpoint() -> None:
     # 93011 (1 s, power only, no limit exported): H100s capped at 400 W peak
     # at 336 W; a quarter of the class's 700 W board power is 52 % of that.
