@@ -1124,38 +1124,12 @@ class Engine:
             if (
                 traffic is not None
                 and traffic.fell(1.0 - s.slow_ratio)
-                and traffic.ratio < 1.0 - self._one_sample(links, latest, w, n)
                 and not (level is not None and level.rose())
                 and not dip
             ):
                 held += 1
         need = max(1, math.ceil(s.slow_gpus_ratio * len(ep.gpus)))
         return held >= need and bool(ratios) and sig.median(ratios) >= s.slow_ratio
-
-    def _one_sample(self, links: Sequence[Series], latest: float, w: float, n: int) -> float:
-        """The share of a window's mean traffic that one sample can carry:
-        the history's largest sample over the samples in the latest window
-        ``w``, against the history's mean (summed over ``links``; 0 where
-        unknown). A slowdown with no evidence must fall further than that:
-        one sample is no evidence. Bursty exchanges read on coarse samples
-        put much of a window's traffic in a few of them (an 8.75 s
-        iteration's 3.2 s of NVLink bursts on 5 s samples: seven a window,
-        the largest 1.75x their mean), and a 2.7 s evaluation pause over
-        one burst took 18 % of a window's traffic, against a noise-free
-        history (cross-check seed 96023). At 1 s samples of the same job
-        one sample is a few per cent."""
-        peak = total = 0.0
-        count = 0
-        for x in links:
-            hist = self._windows.values(x, latest - (n + 1) * w, latest - w)
-            if not hist:
-                return 0.0
-            peak += max(hist)
-            total += sum(hist) / len(hist)
-            count = max(count, len(self._windows.values(x, latest - w, latest)))
-        if count == 0 or total <= 0:
-            return 0.0
-        return peak / (count * total)
 
     def _own_roce(self, ep: _Episode) -> list[Series]:
         """The RoCE transmit series of the episode's job (every port where
