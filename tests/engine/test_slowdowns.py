@@ -147,6 +147,21 @@ def test_a_slowdown_on_a_node_without_congestion_counters_is_unknown(spacing: fl
     assert _replay(_node(2600, spacing, level)) == []
 
 
+def test_an_unknown_slowdown_of_a_smooth_exchange_at_15_s_is_found() -> None:
+    # Sweep plan 4270 (missing, 15 s, no congestion counters): NVLink 21-28 %
+    # down for 160 s, on windows of four or five samples. A floor of one
+    # sample's share of the window (22-37 % there) hid it: a fall of that
+    # size is what a slowdown without evidence looks like at 15 s.
+    plan, incidents = replay_plan(4270, "missing", 15.0)
+    truth = next(t for t in plan.truth if t.kind == "slowdown" and t.cause == "unknown")
+    found = [
+        (inc.kind, inc.cause)
+        for inc in incidents
+        if inc.onset <= truth.end and (inc.ended_at or inc.updated_at) >= truth.onset
+    ]
+    assert found == [("slowdown", "unknown")], [(i.kind, i.cause) for i in incidents]
+
+
 def test_no_unknown_slowdown_from_work_alone_or_from_one_sample() -> None:
     # A node without congestion counters: what cuts the work itself (half of
     # it, the exchange as it was) is an evaluation phase; a 2 s dip every
