@@ -319,6 +319,15 @@ def _new_events(s: Series, ctx: ScoreContext, on: Window) -> float:
         oldest = s.history[0].ts if s.history else s.updated
         # A series born after ``now`` (scoring an earlier moment) had no events yet.
         if start - 2 * ctx.settings.sample_max_age <= oldest <= ctx.now:
+            # A slowdown's evidence is what its window held: events its
+            # rates recorded before the window are older (a series born
+            # with a rate, as replay's XID series start from a zero, shows
+            # its first event where it happened). The XID of a stall 90 s
+            # earlier was "new" in a slowdown after it (cross-check seed
+            # 105040). A stall's own lead-up is another matter: an XID shortly
+            # before the onset window is the fault that came first.
+            if ctx.slowdown and any(v > 0 for v in window(s, oldest, start - 1e-3).values):
+                return 0.0
             return s.value
     return 0.0
 

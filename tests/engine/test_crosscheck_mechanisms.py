@@ -840,3 +840,15 @@ def test_a_pause_on_gpus_capped_below_their_board_power_is_no_checkpoint() -> No
     assert any(c.what == "eval_pause+disk_burst" for c in trace.confounders)
     (truth,) = trace.truth
     assert _verdicts(incs) == [(truth.cause, truth.culprits[0])], [i.summary for i in incs]
+
+
+def test_the_xid_of_an_earlier_stall_is_no_new_event_of_a_later_slowdown() -> None:
+    # 105040 (two jobs, 10 s, noisy): XID 63 on GPU 3 stalled its job for
+    # 50 s. Replay's XID series starts from a zero, so its event shows as a
+    # rate where it happened; the "series born near the onset" rule for
+    # collectors that create the series at its first event still counted
+    # the whole series as new 90 s later, and a beat of the two jobs'
+    # 10.7 s rhythms at 10 s samples opened a gpu_fault slowdown on it.
+    trace, incs = _replay_trace(105040, "xid", "noisy", 10.0)
+    (truth,) = trace.truth
+    assert _verdicts(incs) == [(truth.cause, truth.culprits[0])], [i.summary for i in incs]
