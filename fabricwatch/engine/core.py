@@ -97,6 +97,18 @@ class _Live:
     ended: float | None = None  # monotonic end of the last episode, while resolving
 
 
+@dataclass(frozen=True, slots=True)
+class _Reported:
+    """The fault a stall incident named: its cause, its culprit (and the
+    other devices its evidence of that cause named), the GPUs it stalled
+    and when they worked again (monotonic)."""
+
+    cause: str
+    culprits: frozenset[str]
+    gpus: frozenset[str]
+    ended: float
+
+
 @dataclass(slots=True)
 class _Episode:
     kind: str
@@ -212,6 +224,9 @@ class Engine:
         self._comm_dips: frozenset[str] = frozenset()
         self._stall_end = -math.inf
         self._slow_end = -math.inf  # last bad tick of the last slowdown incident's episode
+        # The faults of stall incidents that ended while the slowdown check's
+        # history still reaches before them (see _reported).
+        self._reported_faults: list[_Reported] = []
         # Each job's iteration period as last measured (0 where none shows),
         # by the job's GPUs, re-measured once a minute on the absolute clock.
         # Per job: on a node of two jobs, a median over all the node's GPUs
@@ -253,10 +268,15 @@ class Engine:
         self.detector.observe(self.store, now, dt)
         job = self.detector.job_gpus()
         stalled = self._stalled_jobs(self.detector.stalled(), job, now)
-        was_stalled = self._stall is not None
+        before = self._stall
         self._stall = self._step_stall(self._stall, stalled, now=now, dt=dt, out=out)
-        if was_stalled and self._stall is None:
+        was_stalled = before is not None
+        if before is not None and self._stall is None:
             self._stall_end = now
+            if before.live is not None:
+                self._remember_fault(before.live.incident, before.gpus, now)
+        if self._reported_faults:
+            self._forget_faults(now)
         # A job recovering from a stall (its first samples partly idle, its
         # throughput averaged with the stall's) is not slow: no slowdown
         # starts within one throughput window of a stall.
@@ -1027,10 +1047,68 @@ class Engine:
             attr, missing = self._score(ep, now)
             ep.next_score = now + s.rescore_every
             if (
-                attr.cause is not Cause.UNKNOWN or self._unseen_slowdown(ep, latest, missing)
-            ) and self._slow_settled(ep, bad, latest, now, attr):
+                (attr.cause is not Cause.UNKNOWN or self._unseen_slowdown(ep, latest, missing))
+                and self._slow_settled(ep, bad, latest, now, attr)
+                and not self._reported(ep, attr)
+            ):
                 self._open(ep, attr, missing, bad, now=now, out=out)
         return ep
+
+    def _remember_fault(self, inc: Incident, gpus: Collection[str], now: float) -> None:
+        """Keep the fault of a stall incident whose GPUs work again (see
+        :meth:`_reported`); an ``unknown`` stall named none."""
+        if inc.cause == Cause.UNKNOWN:
+            return
+        named = {e.culprit.key for e in inc.evidence if e.cause == inc.cause}
+        fault = _Reported(inc.cause, frozenset({inc.culprit.key, *named}), frozenset(gpus), now)
+        self._reported_faults = [
+            r
+            for r in self._reported_faults
+            if (r.cause, r.culprits, r.gpus) != (fault.cause, fault.culprits, fault.gpus)
+        ]
+        self._reported_faults.append(fault)
+
+    def _forget_faults(self, now: float) -> None:
+        """Drop the reported faults the slowdown check's history no longer
+        reaches before (two baseline windows, or eight throughput windows of
+        the job, plus the latest one): past there a fault that stood on is
+        part of the job's baseline, and its evidence no rise."""
+        s = self._eff
+        kept = []
+        for r in self._reported_faults:
+            w = self._comm_window(r.gpus)
+            reach = max(_HISTORY_CHUNKS * w, 2.0 * s.baseline_window) + w
+            if now - r.ended <= reach:
+                kept.append(r)
+        self._reported_faults = kept
+
+    def _reported(self, ep: _Episode, attr: Attribution) -> bool:
+        """Whether a slowdown's verdict names the fault of a stall incident of
+        the same job that stood on since the GPUs worked again: that fault
+        was reported with the stall, and is no new incident.
+
+        A fault can outlast the stall it caused: an NVLink left degraded and
+        erroring while the job runs on around it (cross-check seeds 87069,
+        112009, 117069, 70039). The slowdown check's history still holds
+        the windows before the fault, so the GPU behind the link reads slow
+        on every window, and a beat of the rhythm on one other GPU, or a
+        dip of a few per cent on all, made a "slowdown" that the fault's
+        standing evidence explained, once or twice after every such stall.
+        Evidence of the same cause on the same device that showed anew after
+        the GPUs worked again (its unbroken run began after that, see
+        :attr:`Evidence.since`) is a new occurrence and opens as usual, as
+        does every other cause."""
+        for r in self._reported_faults:
+            if r.cause != attr.cause or r.gpus.isdisjoint(ep.gpus):
+                continue
+            same = [
+                e for e in attr.evidence if e.cause == attr.cause and e.culprit.key in r.culprits
+            ]
+            if attr.culprit.key not in r.culprits and not same:
+                continue
+            if not any(e.since is not None and e.since > r.ended for e in same):
+                return True
+        return False
 
     def _slow_settled(
         self, ep: _Episode, bad: list[GpuState], latest: float, now: float, attr: Attribution

@@ -343,6 +343,8 @@ def _gpu_state(engine: Engine) -> list[Any]:
     rhythms = sorted((sorted(grp), r) for grp, r in engine._rhythms.items())
     by_rhythm = any(r > 0 for _, r in rhythms)  # whole iterations of it
     state.append((rhythms, engine._rhythm_at if by_rhythm else None))
+    # The faults of stall incidents a later slowdown may not open on anew.
+    state.append(list(engine._reported_faults))
     return state
 
 

@@ -50,11 +50,14 @@ def _node(
     ecn: tuple[float, float] | None = None,
     congestion: bool = True,
     seed: int = 1,
+    more_ecn: tuple[tuple[float, float], ...] = (),
 ) -> list[Sample]:
     """8 GPUs sampled every ``spacing`` s: SM activity and power as interval
     means with a few per cent of noise, memory in use, a cumulative NVLink
     counter (unless ``nvlink`` is off), and an ECN counter on one port
-    (unless ``congestion`` is off) with heavy marking in ``ecn`` = [lo, hi)."""
+    (unless ``congestion`` is off) with heavy marking in ``ecn`` = [lo, hi)
+    and in each of ``more_ecn``."""
+    hot_in = ((ecn,) if ecn is not None else ()) + more_ecn
     r = random.Random(seed)
     out: list[Sample] = []
     per = round(spacing / DT)
@@ -67,7 +70,7 @@ def _node(
             w, nvl = level(g, t)
             work[g][k % per] = w * (0.95 + 0.1 * r.random())
             totals[g] += nvl * (0.9 + 0.2 * r.random()) * DT
-        hot = ecn is not None and ecn[0] <= t < ecn[1]
+        hot = any(lo <= t < hi for lo, hi in hot_in)
         ecn_total += (40_000.0 if hot else 10.0) * DT
         if (k + 1) % per:
             continue
@@ -260,3 +263,22 @@ def test_a_marginal_dip_of_a_window_mean_for_two_checks_is_no_slowdown() -> None
         )
     ]
     assert alarms == []
+
+
+def test_congestion_that_stalled_a_job_and_comes_back_after_it_is_a_new_slowdown() -> None:
+    # A fault a stall reported is no new slowdown while it stands on after
+    # the stall (tests/engine/test_crosscheck_mechanisms.py, a link left
+    # degraded); the same port congested anew minutes after the job resumed
+    # (its marks quiet in between) is a new incident, though the slowdown
+    # check's history still reaches back before the stall.
+    stall = (600.0, 640.0)
+    inner = _all_reduce(3.0, 1.0, (760.0, 880.0), 3.0)
+
+    def level(g: int, t: float) -> tuple[float, float]:
+        w, nvl = inner(g, t)
+        return (0.0, 0.0) if stall[0] + 2.0 <= t < stall[1] else (w, nvl)
+
+    incs = _replay(_node(1100, 1.0, level, ecn=stall, more_ecn=((760.0, 880.0),)))
+    assert _slowdowns(incs) == [("stall", "ecn_congestion"), ("slowdown", "ecn_congestion")], [
+        i.summary for i in incs
+    ]
