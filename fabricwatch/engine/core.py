@@ -954,7 +954,9 @@ class Engine:
         attr, missing = self._score(ep, now)
         run = min(latest - ep.run_onset, held)
         if self._reached(run, s.min_duration) or (
-            self._strong(ep, attr, now) and self._outlasted_dips(attr, duration)
+            self._strong(ep, attr, now)
+            and self._outlasted_dips(attr, duration)
+            and not self._reported(ep, attr)
         ):
             self._open(ep, attr, missing, bad, now=now, out=out)
         return ep
@@ -1083,9 +1085,14 @@ class Engine:
         self._reported_faults = kept
 
     def _reported(self, ep: _Episode, attr: Attribution) -> bool:
-        """Whether a slowdown's verdict names the fault of a stall incident of
-        the same job that stood on since the GPUs worked again: that fault
-        was reported with the stall, and is no new incident.
+        """Whether a verdict names the fault of a stall incident of the same
+        job that stood on since the GPUs worked again: that fault was
+        reported with the stall. A slowdown it explains is no new incident;
+        a new stall it explains opens only once it lasted ``min_duration``
+        (standing evidence came with no dip; a 5.8 s evaluation pause read
+        idle on one 30 s sample four minutes after an NVLink stall, and the
+        link's standing evidence opened a 29 s stall on it: held-out
+        cross-check seed 130069).
 
         A fault can outlast the stall it caused: an NVLink left degraded and
         erroring while the job runs on around it (cross-check seeds 87069,
@@ -1097,7 +1104,11 @@ class Engine:
         Evidence of the same cause on the same device that showed anew after
         the GPUs worked again (its unbroken run began after that, see
         :attr:`Evidence.since`) is a new occurrence and opens as usual, as
-        does every other cause."""
+        does every other cause, and a verdict that continues a resolving
+        incident (:meth:`_recurring`: a checkpoint's second idle phase)
+        opens nothing new."""
+        if not self._reported_faults or self._recurring(ep, attr) is not None:
+            return False
         for r in self._reported_faults:
             if r.cause != attr.cause or r.gpus.isdisjoint(ep.gpus):
                 continue
@@ -1383,9 +1394,10 @@ class Engine:
             and pre.cause is not Cause.CHECKPOINT_WRITE
         )
         attr, missing = self._score(ep, now)
-        if (preceded and attr.cause == pre.cause and self._strong(ep, attr, now)) or _discrete(
-            attr, s.strong_evidence
-        ):
+        if (
+            (preceded and attr.cause == pre.cause and self._strong(ep, attr, now))
+            or _discrete(attr, s.strong_evidence)
+        ) and not self._reported(ep, attr):
             self._open(ep, attr, missing, bad, now=now, out=out)
 
     def _strong(self, ep: _Episode, attr: Attribution, now: float) -> bool:
@@ -1472,29 +1484,24 @@ class Engine:
         job = max(sorted(set(jobs)), key=jobs.count) if jobs else ""
         # A recurrence of a resolving incident (same kind, cause, culprit) is
         # the same incident: a flapping link pages once, not forty times.
-        for live in self._live.values():
+        live = self._recurring(ep, attr)
+        if live is not None:
             inc = live.incident
-            if (
-                live.ended is not None
-                and inc.kind == ep.kind
-                and inc.cause == attr.cause
-                and _same_culprit(inc, attr)
-            ):
-                live.ended = None
-                live.onset = ep.onset
-                inc = replace(
-                    inc,
-                    ended_at=None,
-                    episodes=inc.episodes + 1,
-                    gpus=tuple(sorted(set(inc.gpus) | set(gpus), key=_gpu_order)),
-                    gpu_seconds=inc.gpu_seconds + ep.gpu_seconds,
-                )
-                inc = self._revise(self._with_cost(inc), now)
-                live.incident = inc
-                ep.live = live
-                self._account(inc.cause, ep.gpu_seconds)
-                out.append(IncidentTransition("updated", self._wall(now), inc))
-                return
+            live.ended = None
+            live.onset = ep.onset
+            inc = replace(
+                inc,
+                ended_at=None,
+                episodes=inc.episodes + 1,
+                gpus=tuple(sorted(set(inc.gpus) | set(gpus), key=_gpu_order)),
+                gpu_seconds=inc.gpu_seconds + ep.gpu_seconds,
+            )
+            inc = self._revise(self._with_cost(inc), now)
+            live.incident = inc
+            ep.live = live
+            self._account(inc.cause, ep.gpu_seconds)
+            out.append(IncidentTransition("updated", self._wall(now), inc))
+            return
         if ep.kind == "stall" and self._adopt_slowdown(ep, attr, missing, now=now, out=out):
             return
         onset = self._wall(ep.onset)
@@ -1528,6 +1535,21 @@ class Engine:
         self._opened[attr.cause] = self._opened.get(attr.cause, 0.0) + 1.0
         self._account(attr.cause, ep.gpu_seconds)
         out.append(IncidentTransition("opened", self._wall(now), inc))
+
+    def _recurring(self, ep: _Episode, attr: Attribution) -> _Live | None:
+        """A resolving incident (ended, not yet resolved) of the episode's
+        kind, with the verdict's cause and culprit: opening ``ep`` continues
+        it (see :meth:`_open`)."""
+        for live in self._live.values():
+            inc = live.incident
+            if (
+                live.ended is not None
+                and inc.kind == ep.kind
+                and inc.cause == attr.cause
+                and _same_culprit(inc, attr)
+            ):
+                return live
+        return None
 
     def _adopt_slowdown(
         self,

@@ -874,3 +874,18 @@ def test_a_link_left_degraded_after_its_stall_opens_no_slowdown(
     assert [(i.kind, i.cause, i.culprit.key) for i in incs] == [
         ("stall", truth.cause, truth.culprits[0])
     ], [i.summary for i in incs]
+
+
+def test_a_link_left_degraded_after_its_stall_does_not_shorten_a_later_pause() -> None:
+    # 130069 (held out; 30 s, power only): four minutes after GPU 6's NVLink
+    # stall, its link still degraded, a 5.8 s evaluation pause read idle on
+    # one sample, and the link's standing evidence (transmit at 31 % of its
+    # baseline) let the fast path open a 29 s nvlink_degraded stall on it.
+    # Evidence of a fault already reported came with no dip: a new stall it
+    # explains must last min_duration.
+    trace, incs = _replay_trace(130069, "nvlink_crc", "ramp", 30.0)
+    assert any(c.what == "eval_pause+disk_burst" for c in trace.confounders)
+    (truth,) = trace.truth
+    assert [(i.kind, i.cause, i.culprit.key) for i in incs] == [
+        ("stall", truth.cause, truth.culprits[0])
+    ], [i.summary for i in incs]
