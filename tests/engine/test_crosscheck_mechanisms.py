@@ -39,6 +39,14 @@ def _verdicts(incs: list[Incident]) -> list[tuple[str, str]]:
     return [(i.cause, i.culprit.key) for i in incs]
 
 
+def _only_the_true_stall(trace: gen.Trace, incs: list[Incident]) -> None:
+    """The trace's one stall, with its cause and culprit, is the only incident."""
+    (truth,) = trace.truth
+    assert [(i.kind, i.cause, i.culprit.key) for i in incs] == [
+        ("stall", truth.cause, truth.culprits[0])
+    ], [i.summary for i in incs]
+
+
 # 2 + missing families: an XID before the onset window on a node without SM activity
 
 
@@ -556,10 +564,7 @@ def test_the_throughput_window_holds_whole_iterations_of_the_rhythm() -> None:
     # stall: a "slowdown" of a steady job, attributed to that latency. The
     # window is six whole iterations: only the stall is left.
     trace, incs = _replay_trace(19002, "slowstore_nvme", "ramp", 1.0)
-    (truth,) = trace.truth
-    assert [(i.kind, i.cause, i.culprit.key) for i in incs] == [
-        ("stall", truth.cause, truth.culprits[0])
-    ], [i.summary for i in incs]
+    _only_the_true_stall(trace, incs)
 
 
 @pytest.mark.parametrize(
@@ -595,10 +600,7 @@ def test_a_throughput_window_mostly_in_a_collector_gap_is_no_slowdown() -> None:
     trace, incs = _replay_trace(42010, "xid", "missing_family", 1.0)
     assert str(trace.params["gap"]).startswith("DCGM_")
     assert any(c.what == "eval_pause" for c in trace.confounders)
-    (truth,) = trace.truth
-    assert [(i.kind, i.cause, i.culprit.key) for i in incs] == [
-        ("stall", truth.cause, truth.culprits[0])
-    ], [i.summary for i in incs]
+    _only_the_true_stall(trace, incs)
 
 
 def test_an_xid_stall_at_60_s_keeps_its_cause_past_five_minutes() -> None:
@@ -683,10 +685,7 @@ def test_a_burst_on_a_jobs_port_inside_a_throughput_window_is_no_slowdown() -> N
     # on two samples; without them the window is as usual.
     trace, incs = _replay_trace(56037, "ecn_stall", "two_jobs", 10.0)
     assert any(c.what == "ecn_burst_other" for c in trace.confounders)
-    (truth,) = trace.truth
-    assert [(i.kind, i.cause, i.culprit.key) for i in incs] == [
-        ("stall", truth.cause, truth.culprits[0])
-    ], [i.summary for i in incs]
+    _only_the_true_stall(trace, incs)
 
 
 def test_work_low_for_less_than_an_iteration_of_its_rhythm_is_no_slowdown() -> None:
@@ -697,10 +696,7 @@ def test_work_low_for_less_than_an_iteration_of_its_rhythm_is_no_slowdown() -> N
     # "ECN slowdown". Low work must outlast an iteration of the rhythm.
     trace, incs = _replay_trace(52035, "pfc_nic_rx", "two_jobs", 10.0)
     assert any(c.what == "ecn_burst_other" for c in trace.confounders)
-    (truth,) = trace.truth
-    assert [(i.kind, i.cause, i.culprit.key) for i in incs] == [
-        ("stall", truth.cause, truth.culprits[0])
-    ], [i.summary for i in incs]
+    _only_the_true_stall(trace, incs)
 
 
 def test_a_gpu_late_back_from_an_exporter_gap_has_not_stopped_reporting() -> None:
@@ -711,10 +707,7 @@ def test_a_gpu_late_back_from_an_exporter_gap_has_not_stopped_reporting() -> Non
     # stopped together.
     trace, incs = _replay_trace(60011, "link_down", "noisy", 1.0)
     assert str(trace.params["gap"]).startswith("DCGM_")
-    (truth,) = trace.truth
-    assert [(i.kind, i.cause, i.culprit.key) for i in incs] == [
-        ("stall", truth.cause, truth.culprits[0])
-    ], [i.summary for i in incs]
+    _only_the_true_stall(trace, incs)
 
 
 def test_a_gpu_that_fell_off_the_bus_stays_the_cause_after_it_leaves_the_job() -> None:
@@ -764,10 +757,7 @@ def test_each_job_of_a_two_job_node_keeps_its_own_rhythm() -> None:
     trace, incs = _replay_trace(70009, "nvlink_crc", "two_jobs", 1.0)
     periods = trace.params["periods"]
     assert isinstance(periods, list) and len(periods) == 2
-    (truth,) = trace.truth
-    assert [(i.kind, i.cause, i.culprit.key) for i in incs] == [
-        ("stall", truth.cause, truth.culprits[0])
-    ], [i.summary for i in incs]
+    _only_the_true_stall(trace, incs)
 
 
 def test_a_burst_straddling_two_of_four_window_samples_does_not_explain_a_slowdown() -> None:
@@ -870,10 +860,7 @@ def test_a_link_left_degraded_after_its_stall_opens_no_slowdown(
     # fault was reported with the stall; the job after it is measured
     # against itself.
     trace, incs = _replay_trace(seed, "nvlink_crc", variant, spacing)
-    (truth,) = trace.truth
-    assert [(i.kind, i.cause, i.culprit.key) for i in incs] == [
-        ("stall", truth.cause, truth.culprits[0])
-    ], [i.summary for i in incs]
+    _only_the_true_stall(trace, incs)
 
 
 def test_a_link_left_degraded_after_its_stall_does_not_shorten_a_later_pause() -> None:
@@ -885,10 +872,7 @@ def test_a_link_left_degraded_after_its_stall_does_not_shorten_a_later_pause() -
     # explains must last min_duration.
     trace, incs = _replay_trace(130069, "nvlink_crc", "ramp", 30.0)
     assert any(c.what == "eval_pause+disk_burst" for c in trace.confounders)
-    (truth,) = trace.truth
-    assert [(i.kind, i.cause, i.culprit.key) for i in incs] == [
-        ("stall", truth.cause, truth.culprits[0])
-    ], [i.summary for i in incs]
+    _only_the_true_stall(trace, incs)
 
 
 def test_a_slowdown_whose_fault_then_stalls_the_job_is_one_incident() -> None:
@@ -900,8 +884,5 @@ def test_a_slowdown_whose_fault_then_stalls_the_job_is_one_incident() -> None:
     # stall page.
     trace, incs = _replay_trace(138003, "slowstore_nfs", "ramp", 1.0)
     assert trace.params["ramp_s"]
-    (truth,) = trace.truth
-    assert [(i.kind, i.cause, i.culprit.key) for i in incs] == [
-        ("stall", truth.cause, truth.culprits[0])
-    ], [i.summary for i in incs]
-    assert incs[0].onset < truth.onset  # from the first slow sample
+    _only_the_true_stall(trace, incs)
+    assert incs[0].onset < trace.truth[0].onset  # from the first slow sample
