@@ -268,7 +268,7 @@ def test_a_marginal_dip_of_a_window_mean_for_two_checks_is_no_slowdown() -> None
 def test_congestion_that_stalled_a_job_and_comes_back_after_it_is_a_new_slowdown() -> None:
     # A fault a stall reported is no new slowdown while it stands on after
     # the stall (tests/engine/test_crosscheck_mechanisms.py, a link left
-    # degraded); the same port congested anew minutes after the job resumed
+    # degraded); the same port congested anew two minutes after the job resumed
     # (its marks quiet in between) is a new incident, though the slowdown
     # check's history still reaches back before the stall.
     stall = (600.0, 640.0)
