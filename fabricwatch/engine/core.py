@@ -1177,9 +1177,10 @@ class Engine:
         (:func:`_without_lowest`: a 1-3 s dip, a pause straddling two
         coarse samples or a missing sample of a rhythm near the sample
         spacing moves a 5 s window mean by the few per cent of a shallow
-        slowdown), and the median GPU's work stayed at
-        ``slow_ratio`` of its history or more (an evaluation phase or data
-        loading cuts the work itself). Without communication throughput
+        slowdown) and by more than the window may stray by the phases of
+        the rhythm its samples caught (:meth:`_phase_luck`), and the median
+        GPU's work stayed at ``slow_ratio`` of its history or more (an
+        evaluation phase or data loading cuts the work itself). Without communication throughput
         nothing tells a slower exchange from a change of work: no incident."""
         s = self._eff
         chunks = max(_HISTORY_CHUNKS, int(2.0 * s.baseline_window // w))
@@ -1213,12 +1214,43 @@ class Engine:
             if (
                 traffic is not None
                 and traffic.fell(1.0 - s.slow_ratio)
+                and traffic.ratio < 1.0 - self._phase_luck(links, latest, w, n)
                 and not (level is not None and level.rose())
                 and not dip
             ):
                 held += 1
         need = max(1, math.ceil(s.slow_gpus_ratio * len(ep.gpus)))
         return held >= need and bool(ratios) and sig.median(ratios) >= s.slow_ratio
+
+    def _phase_luck(self, links: Sequence[Series], latest: float, w: float, n: int) -> float:
+        """How far the mean of the latest window ``w`` of ``links`` (summed
+        per sample, its two lowest samples left out) may stray from the
+        history by which phases of the job's rhythm its samples caught: the
+        spread of the history's samples relative to their mean, over the
+        root of the samples left in the window (0.0 where unknown).
+
+        The history's window means of a strictly periodic rhythm agree to a
+        per cent or two, each window catching the same mix of phases; any
+        pause shifts the phase, and a gauge sampled near the rhythm's period
+        (dcgm-exporter NVLink bandwidth every 5 s, a 6.4 s iteration: samples
+        of 12-97 GB/s) then moves the next window's mean by as much as the
+        samples' spread allows (cross-check seeds 132029, 136025, 96023,
+        104015: a 1.5-6.6 s evaluation pause, 7-23 % less traffic without
+        its samples, read as a slower exchange)."""
+        hist = [self._windows.values(x, latest - (n + 1) * w, latest - w) for x in links]
+        recent = [self._windows.values(x, latest - w, latest) for x in links]
+        if not hist or any(len(v) != len(hist[0]) for v in hist):
+            return 0.0
+        summed: list[float] = [sum(col) for col in zip(*hist, strict=True)]
+        m = min(len(v) for v in recent)
+        kept = m - 2 if m >= 4 else m - 1
+        if len(summed) < 2 or kept < 1:
+            return 0.0
+        mean = sum(summed) / len(summed)
+        if mean <= 0:
+            return 0.0
+        sd = math.sqrt(sum((v - mean) ** 2 for v in summed) / len(summed))
+        return sd / mean / math.sqrt(kept)
 
     def _own_roce(self, ep: _Episode) -> list[Series]:
         """The RoCE transmit series of the episode's job (every port where
