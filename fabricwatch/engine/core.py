@@ -1180,8 +1180,9 @@ class Engine:
         slowdown) and by more than the window may stray by the phases of
         the rhythm its samples caught (:meth:`_phase_luck`), and the median
         GPU's work stayed at ``slow_ratio`` of its history or more (an
-        evaluation phase or data loading cuts the work itself). Without communication throughput
-        nothing tells a slower exchange from a change of work: no incident."""
+        evaluation phase or data loading cuts the work itself). Without
+        communication throughput nothing tells a slower exchange from a
+        change of work: no incident."""
         s = self._eff
         chunks = max(_HISTORY_CHUNKS, int(2.0 * s.baseline_window // w))
         ratios: list[float] = []
